@@ -1,0 +1,250 @@
+"""Pair NPU and bench calls and judge each NPU node; results are computed lazily, per node."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from pytest_accuracy.criteria import (
+    CompareCriteria,
+    Judgement,
+    Waiver,
+    judge_md5,
+    judge_stats,
+    judge_tensor,
+    less_precise,
+)
+from pytest_accuracy.dumps.model import Call, Dump, DumpSet, ScalarArg, TensorRecord
+from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.metrics import StatsMetrics, TensorMetrics, stats_metrics, tensor_metrics
+
+# (npu dump, bench dump) -> {npu node name: bench node name}; absent names are unmatched.
+Pairing = Callable[[Dump, Dump], Mapping[str, str]]
+
+
+def pair_by_name(npu: Dump, bench: Dump) -> dict[str, str]:
+    """Same-framework pairing: identical node names."""
+    return {c.name: c.name for c in npu.calls if bench.get(c.name) is not None}
+
+
+@dataclass
+class TensorComparison:
+    """One NPU tensor and its bench counterpart, with metrics and a judgement."""
+
+    path: str
+    npu: TensorRecord
+    bench: TensorRecord | None
+    dtype: str  # the effective dtype whose tolerance applied
+    judgement: Judgement
+    metrics: TensorMetrics | StatsMetrics | None = None
+    method: str = "tensor"  # tensor | statistics | md5
+
+    @property
+    def ok(self) -> bool:
+        return self.judgement.ok
+
+
+@dataclass(frozen=True)
+class ScalarDiff:
+    path: str
+    npu_value: object
+    bench_value: object
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.npu_value!r} vs bench {self.bench_value!r}"
+
+
+@dataclass
+class NodeResult:
+    """The verdict for one NPU node."""
+
+    index: int
+    step: int
+    rank: int
+    npu: Call
+    bench: Call | None
+    status: str  # pass | fail | unmatched | skip | error | waived
+    reason: str = ""
+    inputs: list[TensorComparison] = field(default_factory=list)
+    outputs: list[TensorComparison] = field(default_factory=list)
+    scalar_diffs: list[ScalarDiff] = field(default_factory=list)
+    waiver: Waiver | None = None
+
+    @property
+    def inputs_ok(self) -> bool:
+        return all(t.ok for t in self.inputs)
+
+    @property
+    def failing_outputs(self) -> list[TensorComparison]:
+        return [t for t in self.outputs if not t.ok]
+
+    @property
+    def key(self) -> str:
+        return f"{self.step}/{self.rank}/{self.npu.name}"
+
+
+class Comparison:
+    """The compare of two runs; ``node(i)`` computes one node's result on demand."""
+
+    def __init__(
+        self,
+        npu: DumpSet,
+        bench: DumpSet,
+        criteria: CompareCriteria | None = None,
+        pairing: Pairing | None = None,
+    ) -> None:
+        self.npu = npu
+        self.bench = bench
+        self.criteria = criteria or CompareCriteria()
+        self.pairing = pairing or pair_by_name
+        self.entries: list[tuple[Dump, Call]] = [(d, c) for d in npu for c in d.calls]
+        self._results: dict[int, NodeResult] = {}
+        self._pairs: dict[tuple[int, int], Mapping[str, str]] = {}
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def index_of(self, step: int, rank: int, name: str) -> int:
+        return self._positions[(step, rank, name)]
+
+    @cached_property
+    def _positions(self) -> dict[tuple[int, int, str], int]:
+        return {(d.step, d.rank, c.name): i for i, (d, c) in enumerate(self.entries)}
+
+    def node(self, index: int) -> NodeResult:
+        if index not in self._results:
+            self._results[index] = self._compute(index)
+        return self._results[index]
+
+    def results(self) -> list[NodeResult]:
+        return [self.node(i) for i in range(len(self.entries))]
+
+    def bench_call(self, index: int) -> Call | None:
+        dump, call = self.entries[index]
+        bench_dump = self.bench.dumps.get((dump.step, dump.rank))
+        if bench_dump is None:
+            return None
+        key = (dump.step, dump.rank)
+        if key not in self._pairs:
+            self._pairs[key] = self.pairing(dump, bench_dump)
+        name = self._pairs[key].get(call.name)
+        return bench_dump.get(name) if name else None
+
+    def matched_share(self) -> float:
+        if not self.entries:
+            return 0.0
+        matched = sum(self.bench_call(i) is not None for i in range(len(self.entries)))
+        return matched / len(self.entries)
+
+    @cached_property
+    def effective_dtypes(self) -> list[str]:
+        """Per node, the least precise float dtype seen so far in either run (metadata only)."""
+        running = "float64"
+        out = []
+        for i, (_, call) in enumerate(self.entries):
+            bench = self.bench_call(i)
+            for rec in _records(call) + (_records(bench) if bench else []):
+                running = less_precise(running, rec.dtype)
+            out.append(running)
+        return out
+
+    def _compute(self, index: int) -> NodeResult:
+        dump, call = self.entries[index]
+        bench = self.bench_call(index)
+        result = NodeResult(index, dump.step, dump.rank, call, bench, status="pass")
+        if bench is None:
+            result.status, result.reason = "unmatched", self._unmatched_reason(dump, call)
+            return result
+        waiver = self.criteria.waiver_for(call.name, call.op)
+        result.waiver = waiver
+        criteria = self.criteria.with_waiver(waiver)
+        dtype = self.effective_dtypes[index]
+        try:
+            result.inputs = _compare_all(
+                call.input_tensors + call.parameters, bench, dtype, criteria
+            )
+            result.outputs = _compare_all(call.output_tensors, bench, dtype, criteria)
+        except AccuracyInputError as exc:
+            result.status, result.reason = "error", str(exc)
+            return result
+        result.scalar_diffs = _scalar_diffs(call, bench)
+        _settle(result)
+        return result
+
+    def _unmatched_reason(self, dump: Dump, call: Call) -> str:
+        if (dump.step, dump.rank) not in self.bench.dumps:
+            return f"the bench run has no step {dump.step} rank {dump.rank}"
+        bench_fw = self.bench.dumps[(dump.step, dump.rank)].framework
+        if bench_fw != dump.framework:
+            return (
+                f"no {bench_fw} counterpart for this {dump.framework} node; pass a mapping "
+                "(--acc-mapping) or use --acc-align=auto"
+            )
+        return "no node of this name in the bench dump"
+
+
+def _settle(result: NodeResult) -> None:
+    if result.waiver is not None and result.waiver.known_divergence:
+        result.status, result.reason = "waived", f"known divergence: {result.waiver.reason}"
+    elif not result.outputs:
+        result.status, result.reason = "skip", "no tensor outputs to compare"
+    elif result.failing_outputs:
+        result.status = "fail"
+    else:
+        result.status = "pass"
+
+
+def _records(call: Call) -> list[TensorRecord]:
+    return call.input_tensors + call.parameters + call.output_tensors
+
+
+def _compare_all(
+    records: list[TensorRecord], bench: Call, dtype: str, criteria: CompareCriteria
+) -> list[TensorComparison]:
+    by_path = {r.path: r for r in _records(bench)}
+    out = []
+    for rec in records:
+        other = by_path.get(rec.path)
+        if other is None:
+            continue  # e.g. a gradient that only one framework records
+        out.append(compare_tensor(rec, other, less_precise(dtype, rec.dtype), criteria))
+    return out
+
+
+def compare_tensor(
+    npu: TensorRecord, bench: TensorRecord, dtype: str, criteria: CompareCriteria
+) -> TensorComparison:
+    """Compare one tensor pair with the best evidence both sides have."""
+    tol = criteria.tolerance(dtype)
+    if npu.has_data and bench.has_data:
+        metrics = tensor_metrics(npu.load(), bench.load())
+        judged = judge_tensor(metrics, dtype, tol)
+        return TensorComparison(npu.path, npu, bench, dtype, judged, metrics, "tensor")
+    if npu.md5 is not None and bench.md5 is not None:
+        return TensorComparison(
+            npu.path, npu, bench, dtype, judge_md5(npu.md5, bench.md5), None, "md5"
+        )
+    stats = stats_metrics(npu.stats, bench.stats)
+    return TensorComparison(
+        npu.path, npu, bench, dtype, judge_stats(stats, dtype, tol), stats, "statistics"
+    )
+
+
+def _scalar_diffs(npu: Call, bench: Call) -> list[ScalarDiff]:
+    theirs = {a.path: a for a in bench.inputs if isinstance(a, ScalarArg)}
+    diffs = []
+    for arg in npu.scalar_inputs:
+        other = theirs.get(arg.path)
+        if other is not None and not _same_value(arg.value, other.value):
+            diffs.append(ScalarDiff(arg.path, arg.value, other.value))
+    return diffs
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (np.isnan(a) and np.isnan(b))
+    return bool(a == b)

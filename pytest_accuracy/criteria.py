@@ -1,0 +1,203 @@
+"""Pass/fail criteria for dump compare: dtype-aware tolerances, waivers, judgements.
+
+A tensor pair passes when
+
+* ``rel_l2_err = ||npu - bench|| / ||bench|| <= rel_err`` and
+* ``cosine >= min_cosine``
+
+with both thresholds taken from the *effective dtype*: the least precise floating
+dtype the data has flowed through so far in execution order (either run).  An fp32
+tensor computed from bf16 matmul outputs carries bf16-sized error, so it is judged as
+bf16.  Cosine alone is not enough: a pure scale error (the fixture's eps bug) keeps
+cosine at 0.99997 while the relative L2 error is 1.8 %.  Integer and bool tensors
+must be equal.  Statistics dumps judge the recorded Norm (relative) and Max/Min/Mean
+(relative to the tensor's magnitude) with the same ``rel_err``; md5 dumps need equal
+checksums.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pytest_accuracy.dumps.model import FLOAT_EPS
+from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.metrics import StatsMetrics, TensorMetrics
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Thresholds for one dtype."""
+
+    rel_err: float
+    min_cosine: float
+
+
+# Chosen from measurements on the bundled dumps (README, "Criteria"): bf16 autocast vs
+# fp32 reaches rel_l2_err 0.8 % and cosine 0.99997; the eps bug gives 1.2-1.8 % in fp32.
+DEFAULT_TOLERANCES: Mapping[str, Tolerance] = {
+    "float64": Tolerance(rel_err=1e-9, min_cosine=0.9999999),
+    "float32": Tolerance(rel_err=1e-4, min_cosine=0.99999),
+    "float16": Tolerance(rel_err=2e-3, min_cosine=0.9999),
+    "bfloat16": Tolerance(rel_err=1.6e-2, min_cosine=0.999),
+    "float8_e4m3fn": Tolerance(rel_err=0.25, min_cosine=0.99),
+    "float8_e5m2": Tolerance(rel_err=0.5, min_cosine=0.98),
+}
+
+
+@dataclass(frozen=True)
+class Waiver:
+    """A node-name or API pattern with a relaxed tolerance or a known divergence."""
+
+    pattern: str
+    reason: str
+    known_divergence: bool = False
+    rel_err: float | None = None
+    min_cosine: float | None = None
+
+    def matches(self, node_name: str, op: str) -> bool:
+        return fnmatch.fnmatchcase(node_name, self.pattern) or fnmatch.fnmatchcase(op, self.pattern)
+
+
+@dataclass(frozen=True)
+class CompareCriteria:
+    """Everything that decides pass/fail of compare items (see module docstring)."""
+
+    tolerances: Mapping[str, Tolerance] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    rel_err: float | None = None  # overrides every dtype when set
+    min_cosine: float | None = None
+    dtype_aware: bool = True  # False: judge every float tensor as float32
+    min_matched: float = 0.5  # share of NPU nodes that must find a bench counterpart
+    waivers: tuple[Waiver, ...] = ()
+
+    def tolerance(self, dtype: str) -> Tolerance:
+        base = self.tolerances.get(dtype if self.dtype_aware else "float32")
+        base = base or self.tolerances["float32"]
+        return Tolerance(
+            rel_err=self.rel_err if self.rel_err is not None else base.rel_err,
+            min_cosine=self.min_cosine if self.min_cosine is not None else base.min_cosine,
+        )
+
+    def waiver_for(self, node_name: str, op: str) -> Waiver | None:
+        return next((w for w in self.waivers if w.matches(node_name, op)), None)
+
+    def with_waiver(self, waiver: Waiver | None) -> CompareCriteria:
+        if waiver is None or waiver.known_divergence:
+            return self
+        return replace(
+            self,
+            rel_err=waiver.rel_err if waiver.rel_err is not None else self.rel_err,
+            min_cosine=waiver.min_cosine if waiver.min_cosine is not None else self.min_cosine,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tolerances": {k: vars(v) for k, v in self.tolerances.items()},
+            "rel_err_override": self.rel_err,
+            "min_cosine_override": self.min_cosine,
+            "dtype_aware": self.dtype_aware,
+            "min_matched": self.min_matched,
+            "waivers": [vars(w) for w in self.waivers],
+        }
+
+
+def less_precise(a: str, b: str) -> str:
+    """The less precise of two dtypes (non-float dtypes never lower precision)."""
+    ea, eb = FLOAT_EPS.get(a, 0.0), FLOAT_EPS.get(b, 0.0)
+    return a if ea >= eb else b
+
+
+@dataclass(frozen=True)
+class Judgement:
+    ok: bool
+    detail: str  # why it failed, in assert_close style; empty when ok
+
+
+def judge_tensor(m: TensorMetrics, dtype: str, tol: Tolerance) -> Judgement:
+    """Apply the tolerance to one tensor pair's metrics."""
+    if m.status == "empty":
+        return Judgement(True, "")
+    if m.status == "shape_mismatch":
+        return Judgement(False, "shapes differ")
+    if m.status == "nonfinite_mismatch":
+        return Judgement(
+            False,
+            f"NaN/Inf at different positions (NPU {m.nonfinite_npu}, "
+            f"bench {m.nonfinite_bench} non-finite elements)",
+        )
+    if dtype not in FLOAT_EPS:
+        ok = m.max_abs_err == 0
+        return Judgement(ok, "" if ok else f"{dtype} values differ (max abs err {m.max_abs_err:g})")
+    problems = []
+    if m.rel_l2_err is not None and not m.rel_l2_err <= tol.rel_err:
+        problems.append(f"relative error {m.rel_l2_err:.3g} (up to {tol.rel_err:g} allowed)")
+    if m.cosine is not None and not m.cosine >= tol.min_cosine:
+        problems.append(f"cosine {m.cosine:.6f} (at least {tol.min_cosine:g} required)")
+    return Judgement(not problems, "; ".join(problems))
+
+
+def judge_stats(m: StatsMetrics, dtype: str, tol: Tolerance) -> Judgement:
+    """Apply the tolerance to one tensor pair's recorded statistics."""
+    if m.nonfinite_npu != m.nonfinite_bench:
+        return Judgement(False, "NaN/Inf in the statistics of one side only")
+    if m.status != "ok":
+        return Judgement(True, "")
+    if dtype not in FLOAT_EPS:
+        ok = (m.max_diff or 0) == 0 and (m.min_diff or 0) == 0
+        return Judgement(ok, "" if ok else f"{dtype} max/min differ")
+    problems = []
+    for label, value in (("Norm", m.norm_relative_err), ("Max/Min/Mean", m.range_rel_err)):
+        if value is not None and not math.isnan(value) and not value <= tol.rel_err:
+            problems.append(f"{label} relative error {value:.3g} (up to {tol.rel_err:g} allowed)")
+    return Judgement(not problems, "; ".join(problems))
+
+
+def judge_md5(npu_md5: str | None, bench_md5: str | None) -> Judgement:
+    if npu_md5 == bench_md5:
+        return Judgement(True, "")
+    return Judgement(
+        False,
+        f"checksum {npu_md5} differs from bench {bench_md5} (md5 dumps require bit-identical data)",
+    )
+
+
+def load_waivers(path: str | Path) -> tuple[Waiver, ...]:
+    """Read a waivers yaml: a list of {pattern, reason, known_divergence?, rel_err?, min_cosine?}."""
+    import yaml
+
+    file = Path(path)
+    try:
+        doc = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise AccuracyInputError(file, f"cannot read waivers: {exc}") from exc
+    entries = doc.get("waivers", doc) if isinstance(doc, dict) else doc
+    if not isinstance(entries, list):
+        raise AccuracyInputError(file, "waivers must be a list of {pattern, reason, ...} entries")
+    waivers = []
+    allowed = {"pattern", "reason", "known_divergence", "rel_err", "min_cosine"}
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not entry.get("pattern") or not entry.get("reason"):
+            raise AccuracyInputError(file, f"waiver #{i + 1} needs a 'pattern' and a 'reason'")
+        unknown = set(entry) - allowed
+        if unknown:
+            raise AccuracyInputError(
+                file, f"waiver #{i + 1}: unknown keys {sorted(unknown)} (valid: {sorted(allowed)})"
+            )
+        waivers.append(
+            Waiver(
+                pattern=str(entry["pattern"]),
+                reason=str(entry["reason"]),
+                known_divergence=bool(entry.get("known_divergence", False)),
+                rel_err=_opt_float(entry.get("rel_err")),
+                min_cosine=_opt_float(entry.get("min_cosine")),
+            )
+        )
+    return tuple(waivers)
+
+
+def _opt_float(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) else None

@@ -1,0 +1,213 @@
+"""One in-memory model for every dump format: DumpSet > Dump (step, rank) > Call > records."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+CallKind = Literal["api", "module", "params_grad", "kernel"]
+Direction = Literal["forward", "backward", "params_grad"]
+Role = Literal["input", "output", "parameter", "grad"]
+DumpMode = Literal["tensor", "statistics", "md5"]
+
+# Canonical dtype names (numpy-style) for the spellings msprobe writes.
+_DTYPE_ALIASES = {
+    "float32": "float32",
+    "float": "float32",
+    "float16": "float16",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "float64": "float64",
+    "double": "float64",
+    "int64": "int64",
+    "long": "int64",
+    "int32": "int32",
+    "int": "int32",
+    "int16": "int16",
+    "int8": "int8",
+    "uint8": "uint8",
+    "bool": "bool",
+    "complex64": "complex64",
+    "complex128": "complex128",
+    "float8_e4m3fn": "float8_e4m3fn",
+    "float8_e5m2": "float8_e5m2",
+}
+
+# Machine epsilon per floating dtype; it drives the dtype-aware tolerances.
+FLOAT_EPS = {
+    "float64": 2.22e-16,
+    "float32": 1.19e-7,
+    "float16": 9.77e-4,
+    "bfloat16": 7.81e-3,
+    "float8_e4m3fn": 0.125,
+    "float8_e5m2": 0.25,
+}
+
+
+def canonical_dtype(raw: str | None) -> str:
+    """Map 'torch.float32', 'Float32', 'BFloat16' ... onto numpy-style names."""
+    if not raw:
+        return "unknown"
+    name = raw.rsplit(".", 1)[-1].lower()
+    return _DTYPE_ALIASES.get(name, name)
+
+
+def is_float_dtype(dtype: str) -> bool:
+    return dtype in FLOAT_EPS
+
+
+@dataclass(frozen=True)
+class Stats:
+    """The four statistics msprobe records per tensor (None where it records null)."""
+
+    max: float | None = None
+    min: float | None = None
+    mean: float | None = None
+    norm: float | None = None
+
+
+@dataclass
+class TensorRecord:
+    """One tensor argument, output, parameter or gradient of a call; data loads lazily."""
+
+    path: (
+        str  # position inside the call: "input.0", "output.1.0", "parameters.weight", "grad.weight"
+    )
+    role: Role
+    dtype: str  # canonical
+    raw_dtype: str
+    shape: tuple[int, ...]
+    stats: Stats
+    requires_grad: bool | None = None
+    md5: str | None = None
+    data_root: Path | None = None  # the directory every data file must stay inside
+    data_name: str | None = None  # file name as written in dump.json, resolved only on load
+    dump_json: Path | None = None  # the dump.json this record came from, for error messages
+
+    @property
+    def has_data(self) -> bool:
+        return self.data_root is not None and bool(self.data_name)
+
+    def load(self) -> np.ndarray:
+        """The tensor's values (memory-mapped where the format allows).
+
+        The path is confined to the dump directory here rather than at read time, so
+        a bad data_name fails the one item that needs it, not the whole collection.
+        """
+        from pytest_accuracy.dumps.tensors import load_array, resolve_data_path
+        from pytest_accuracy.errors import AccuracyInputError
+
+        if self.data_root is None or not self.data_name:
+            where = self.dump_json or "dump"
+            raise AccuracyInputError(where, f"{self.path} has no tensor data (not a tensor dump)")
+        return load_array(resolve_data_path(self.data_root, self.data_name))
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape)) if self.shape else 1
+
+
+@dataclass(frozen=True)
+class ScalarArg:
+    """A non-tensor argument (int, float, str, slice, dtype, None, ...) as msprobe recorded it."""
+
+    path: str
+    type_name: str
+    value: object
+
+
+Arg = TensorRecord | ScalarArg
+
+
+@dataclass
+class Call:
+    """One dumped node: an API call, a module/cell call or a parameter-gradient record."""
+
+    name: str
+    kind: CallKind
+    direction: Direction
+    order: int  # position in dump.json, i.e. execution order
+    inputs: list[Arg] = field(default_factory=list)
+    outputs: list[Arg] = field(default_factory=list)
+    parameters: list[TensorRecord] = field(default_factory=list)
+    parent: str | None = None  # from construct.json
+    stack: tuple[str, ...] = ()  # innermost first, from stack.json
+    prefix: str = ""  # Functional, Tensor, Torch, Mint, Module, Cell, ...
+    op: str = ""  # api name ("linear") or module class name ("RMSNorm")
+    scope: str = ""  # module path ("layers.0.n1"); empty for APIs
+    index: int = 0  # call counter from the name
+
+    @property
+    def input_tensors(self) -> list[TensorRecord]:
+        return [a for a in self.inputs if isinstance(a, TensorRecord)]
+
+    @property
+    def output_tensors(self) -> list[TensorRecord]:
+        return [a for a in self.outputs if isinstance(a, TensorRecord)]
+
+    @property
+    def scalar_inputs(self) -> list[ScalarArg]:
+        return [a for a in self.inputs if isinstance(a, ScalarArg)]
+
+    def stack_line(self) -> str | None:
+        """The innermost stack frame outside the frameworks' own files, for messages."""
+        for frame in self.stack:
+            if "site-packages" not in frame and "dist-packages" not in frame:
+                return " ".join(frame.split())
+        return " ".join(self.stack[0].split()) if self.stack else None
+
+
+@dataclass
+class Dump:
+    """One dump.json (one step of one rank) with its calls in execution order."""
+
+    path: Path  # the dump.json (or the native dump directory)
+    framework: str  # pytorch | mindspore | mindtorch
+    level: str  # L0 | L1 | mix | L2 | native
+    mode: DumpMode
+    step: int
+    rank: int
+    calls: list[Call]
+    _by_name: dict[str, Call] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._by_name = {c.name: c for c in self.calls}
+
+    def get(self, name: str) -> Call | None:
+        return self._by_name.get(name)
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+
+@dataclass
+class DumpSet:
+    """Every step and rank of one run, keyed by (step, rank), iterated in step-then-rank order."""
+
+    root: Path
+    dumps: dict[tuple[int, int], Dump]
+
+    def __iter__(self) -> Iterator[Dump]:
+        return iter(self.dumps[k] for k in sorted(self.dumps))
+
+    def keys(self) -> list[tuple[int, int]]:
+        return sorted(self.dumps)
+
+    @property
+    def framework(self) -> str:
+        return next(iter(self)).framework if self.dumps else "unknown"
+
+    @property
+    def mode(self) -> DumpMode:
+        return next(iter(self)).mode if self.dumps else "statistics"
+
+    @property
+    def level(self) -> str:
+        return next(iter(self)).level if self.dumps else "unknown"
+
+    def n_calls(self) -> int:
+        return sum(len(d) for d in self.dumps.values())

@@ -1,0 +1,243 @@
+"""Reader for msprobe dumps (PyTorch and MindSpore): dump.json + stack.json + construct.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pytest_accuracy.dumps.model import (
+    Arg,
+    Call,
+    Dump,
+    DumpMode,
+    Role,
+    ScalarArg,
+    Stats,
+    TensorRecord,
+    canonical_dtype,
+)
+from pytest_accuracy.errors import AccuracyInputError
+
+_TENSOR_TYPES = {
+    "torch.Tensor",
+    "mindspore.Tensor",
+    "numpy.ndarray",
+    "torch.nn.parameter.Parameter",
+    "mindspore.common.parameter.Parameter",
+    "mindspore.Parameter",
+}
+_DIRECTIONS = ("forward", "backward")
+
+
+def read_json(path: Path) -> Any:
+    """Parse a JSON file, turning every failure into an error that names the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise AccuracyInputError(path, f"cannot read file ({exc.strerror or exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise AccuracyInputError(path, "not UTF-8 text; is this really a JSON file?") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        hint = "; the file looks truncated" if exc.pos >= len(text.rstrip()) - 1 else ""
+        raise AccuracyInputError(
+            path, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}{hint}"
+        ) from exc
+
+
+def read_dump(dump_json: Path, *, step: int, rank: int) -> Dump:
+    """Read one dump.json with the stack.json and construct.json beside it."""
+    doc = read_json(dump_json)
+    if not isinstance(doc, dict) or not isinstance(doc.get("data"), dict):
+        raise AccuracyInputError(
+            dump_json, "not an msprobe dump.json: no 'data' object at top level"
+        )
+    data: dict[str, Any] = doc["data"]
+    data_root = dump_json.parent / "dump_tensor_data"
+    mode = _dump_mode(doc, data)
+    stacks = _read_stacks(dump_json.parent / "stack.json")
+    parents = _read_construct(dump_json.parent / "construct.json")
+    ctx = _Context(dump_json, data_root if mode == "tensor" else None)
+    calls = []
+    for order, (name, record) in enumerate(data.items()):
+        if not isinstance(record, dict):
+            raise AccuracyInputError(dump_json, f"node {name!r}: record is not an object")
+        call = _parse_call(name, record, order, ctx)
+        call.parent = parents.get(name)
+        call.stack = stacks.get(name, ())
+        calls.append(call)
+    return Dump(
+        path=dump_json,
+        framework=str(doc.get("framework") or "pytorch"),
+        level=str(doc.get("level") or "unknown"),
+        mode=mode,
+        step=step,
+        rank=rank,
+        calls=calls,
+    )
+
+
+def _dump_mode(doc: dict[str, Any], data: dict[str, Any]) -> DumpMode:
+    if doc.get("task") == "tensor":
+        return "tensor"
+    # md5 is not a task of its own: statistics records that carry an "md5" key.
+    for record in data.values():
+        if '"md5"' in json.dumps(record):
+            return "md5"
+        if record:
+            break
+    return "statistics"
+
+
+def _read_stacks(path: Path) -> dict[str, tuple[str, ...]]:
+    if not path.exists():
+        return {}
+    doc = read_json(path)
+    stacks: dict[str, tuple[str, ...]] = {}
+    entries = doc.values() if isinstance(doc, dict) else []
+    for entry in entries:
+        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list):
+            frames = tuple(str(f) for f in entry[1]) if isinstance(entry[1], list) else ()
+            for name in entry[0]:
+                stacks[str(name)] = frames
+    return stacks
+
+
+def _read_construct(path: Path) -> dict[str, str | None]:
+    if not path.exists():
+        return {}
+    doc = read_json(path)
+    if not isinstance(doc, dict):
+        raise AccuracyInputError(path, "construct.json must map node names to parent names")
+    return {str(k): (str(v) if v is not None else None) for k, v in doc.items()}
+
+
+class _Context:
+    """What every record of one dump.json needs to know while being parsed."""
+
+    def __init__(self, dump_json: Path, data_root: Path | None) -> None:
+        self.dump_json = dump_json
+        self.data_root = data_root
+
+
+def parse_node_name(name: str) -> tuple[str, str, str, str, int]:
+    """Split a node name into (kind, direction, prefix, api or class name, call index)."""
+    parts = name.split(".")
+    prefix = parts[0]
+    if len(parts) >= 3 and parts[-2] == "parameters_grad" and parts[-1].isdigit():
+        return "params_grad", "params_grad", prefix, parts[-3], int(parts[-1])
+    if len(parts) >= 4 and parts[-2] in _DIRECTIONS and parts[-1].isdigit():
+        return "module", parts[-2], prefix, parts[-3], int(parts[-1])
+    if len(parts) >= 4 and parts[-1] in _DIRECTIONS and parts[-2].isdigit():
+        return "api", parts[-1], prefix, ".".join(parts[1:-2]), int(parts[-2])
+    return "api", "forward", prefix, ".".join(parts[1:]), 0
+
+
+def _module_scope(name: str) -> str:
+    parts = name.split(".")
+    tail = 2 if parts[-2] == "parameters_grad" else 3
+    return ".".join(parts[1:-tail])
+
+
+def _parse_call(name: str, record: dict[str, Any], order: int, ctx: _Context) -> Call:
+    kind, direction, prefix, op, index = parse_node_name(name)
+    call = Call(
+        name=name,
+        kind=kind,
+        direction=direction,
+        order=order,  # type: ignore[arg-type]
+        prefix=prefix,
+        op=op,
+        index=index,
+    )
+    if kind in ("module", "params_grad"):
+        call.scope = _module_scope(name)
+    if kind == "params_grad":
+        for param, records in record.items():
+            items = records if isinstance(records, list) else [records]
+            for i, item in enumerate(items):
+                path = f"grad.{param}" if len(items) == 1 else f"grad.{param}.{i}"
+                call.outputs.extend(_flatten(item, path, "grad", ctx, name))
+        return call
+    if direction == "forward":
+        call.inputs = _flatten(record.get("input_args", []), "input", "input", ctx, name)
+        call.inputs += _flatten(record.get("input_kwargs", {}), "input", "input", ctx, name)
+        params = _flatten(record.get("parameters", {}), "parameters", "parameter", ctx, name)
+        call.parameters = [p for p in params if isinstance(p, TensorRecord)]
+    else:
+        call.inputs = _flatten(record.get("input", []), "input", "input", ctx, name)
+    call.outputs = _flatten(record.get("output", []), "output", "output", ctx, name)
+    return call
+
+
+def _flatten(value: Any, path: str, role: Role, ctx: _Context, node: str) -> list[Arg]:
+    """Walk msprobe's structural encoding of args (lists, dicts, records) into flat args."""
+    if value is None:
+        return [ScalarArg(path, "None", None)]
+    if isinstance(value, list):
+        out: list[Arg] = []
+        for i, item in enumerate(value):
+            out += _flatten(item, f"{path}.{i}", role, ctx, node)
+        return out
+    if not isinstance(value, dict):
+        raise AccuracyInputError(ctx.dump_json, f"node {node!r}: unexpected value at {path}")
+    if _is_tensor(value):
+        return [_tensor(value, path, role, ctx, node)]
+    if "type" in value:
+        payload = value.get("value", {k: v for k, v in value.items() if k != "type"})
+        return [ScalarArg(path, str(value["type"]), payload)]
+    out = []
+    for key, item in value.items():
+        out += _flatten(item, f"{path}.{key}", role, ctx, node)
+    return out
+
+
+def _is_tensor(value: dict[str, Any]) -> bool:
+    return value.get("type") in _TENSOR_TYPES or ("dtype" in value and "shape" in value)
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)  # msprobe writes inf/nan as strings in some versions
+        except ValueError:
+            return None
+    return None
+
+
+def _tensor(value: dict[str, Any], path: str, role: Role, ctx: _Context, node: str) -> TensorRecord:
+    shape = value.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
+        raise AccuracyInputError(
+            ctx.dump_json, f"node {node!r}: {path} has an invalid shape {shape!r}"
+        )
+    data_name = value.get("data_name")
+    if not isinstance(data_name, str) or data_name in ("", "-1"):
+        data_name = None
+    md5 = value.get("md5")
+    return TensorRecord(
+        path=path,
+        role=role,
+        dtype=canonical_dtype(str(value.get("dtype"))),
+        raw_dtype=str(value.get("dtype")),
+        shape=tuple(shape),
+        stats=Stats(
+            _num(value.get("Max")),
+            _num(value.get("Min")),
+            _num(value.get("Mean")),
+            _num(value.get("Norm")),
+        ),
+        requires_grad=value.get("requires_grad")
+        if isinstance(value.get("requires_grad"), bool)
+        else None,
+        md5=str(md5) if md5 is not None else None,
+        data_root=ctx.data_root if data_name else None,
+        data_name=data_name,
+        dump_json=ctx.dump_json,
+    )

@@ -1,0 +1,176 @@
+"""Tensor-pair metrics in float64, with msprobe's names, plus statistics and md5 deltas.
+
+Edge cases (all documented in the README, section "Metrics"):
+
+* shapes: compared after squeezing size-1 dims (as msprobe does); a real shape mismatch
+  gives ``status="shape_mismatch"`` and no numbers.
+* empty tensors: equal when both are empty (``status="empty"``).
+* NaN/Inf: where the NaN/+Inf/-Inf positions agree on both sides they are zeroed and the
+  rest is compared (msprobe's rule); where they disagree, ``status="nonfinite_mismatch"``.
+* zeros: two (near) zero vectors have cosine 1.0 and relative error 0; a zero bench
+  element makes that element's relative error 0 if the NPU element is also 0, else inf.
+* dtype: metrics are computed in float64 whatever the dtypes; a dtype difference is
+  reported by the caller, not hidden.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from pytest_accuracy.dumps.model import Stats
+
+_TINY = 2.2e-16
+
+
+@dataclass(frozen=True)
+class TensorMetrics:
+    """Element-wise comparison of one NPU tensor with its bench counterpart."""
+
+    status: str  # ok | empty | shape_mismatch | nonfinite_mismatch
+    cosine: float | None = None
+    euc_dist: float | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    one_thousandth_err_ratio: float | None = None
+    five_thousandths_err_ratio: float | None = None
+    rel_l2_err: float | None = None  # ||n - b|| / ||b||: scale-free, robust to near-zero elements
+    max_abs_bench: float | None = None
+    worst_index: tuple[int, ...] | None = None
+    nonfinite_npu: int = 0
+    nonfinite_bench: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        out = asdict(self)
+        out["worst_index"] = list(self.worst_index) if self.worst_index is not None else None
+        return out
+
+
+def tensor_metrics(npu: np.ndarray, bench: np.ndarray) -> TensorMetrics:
+    """Compare two arrays in float64 (bf16 and other ml_dtypes are upcast first)."""
+    n = _as_float64(npu)
+    b = _as_float64(bench)
+    if n.shape != b.shape:
+        n, b = np.squeeze(n), np.squeeze(b)
+        if n.shape != b.shape:
+            return TensorMetrics(status="shape_mismatch")
+    if n.size == 0:
+        return TensorMetrics(status="empty")
+    n_bad, b_bad = ~np.isfinite(n), ~np.isfinite(b)
+    counts = {"nonfinite_npu": int(n_bad.sum()), "nonfinite_bench": int(b_bad.sum())}
+    if counts["nonfinite_npu"] or counts["nonfinite_bench"]:
+        same = np.array_equal(n_bad, b_bad) and np.array_equal(n[n_bad], b[b_bad], equal_nan=True)
+        if not same:
+            return TensorMetrics(status="nonfinite_mismatch", **counts)
+        n, b = np.where(n_bad, 0.0, n), np.where(b_bad, 0.0, b)
+    return _finite_metrics(n, b, counts)
+
+
+def _finite_metrics(n: np.ndarray, b: np.ndarray, counts: dict[str, int]) -> TensorMetrics:
+    diff = n - b
+    abs_diff = np.abs(diff)
+    abs_b = np.abs(b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(abs_b > 0, abs_diff / abs_b, np.where(abs_diff > 0, np.inf, 0.0))
+    flat_worst = int(np.argmax(abs_diff))
+    norm_n = float(np.linalg.norm(n.ravel()))
+    norm_b = float(np.linalg.norm(b.ravel()))
+    dist = float(np.linalg.norm(diff.ravel()))
+    return TensorMetrics(
+        status="ok",
+        cosine=_cosine(n, b, norm_n, norm_b),
+        euc_dist=dist,
+        max_abs_err=float(abs_diff.max()),
+        max_rel_err=float(rel.max()),
+        one_thousandth_err_ratio=float(np.mean(rel < 0.001)),
+        five_thousandths_err_ratio=float(np.mean(rel < 0.005)),
+        rel_l2_err=(dist / norm_b) if norm_b > _TINY else (0.0 if dist <= _TINY else math.inf),
+        max_abs_bench=float(abs_b.max()),
+        worst_index=tuple(int(i) for i in np.unravel_index(flat_worst, n.shape)),
+        **counts,
+    )
+
+
+def _cosine(n: np.ndarray, b: np.ndarray, norm_n: float, norm_b: float) -> float:
+    if norm_n <= _TINY and norm_b <= _TINY:
+        return 1.0
+    if norm_n <= _TINY or norm_b <= _TINY:
+        return 0.0
+    value = float(np.dot(n.ravel(), b.ravel()) / (norm_n * norm_b))
+    return max(-1.0, min(1.0, value))
+
+
+def _as_float64(array: np.ndarray) -> np.ndarray:
+    if array.dtype == np.float64:
+        return np.asarray(array)
+    if array.dtype.kind in "biuf":
+        return np.asarray(array, dtype=np.float64)
+    # ml_dtypes (bfloat16, float8) are kind 'V'; float32 holds them exactly.
+    return np.asarray(array.astype(np.float32), dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class StatsMetrics:
+    """Differences of the recorded statistics (NPU minus bench), for statistics dumps.
+
+    Relative errors are fractions (msprobe prints percentages).  ``range_rel_err``
+    divides the max/min/mean deltas by the bench tensor's magnitude
+    ``max(|max|, |min|)`` so near-zero means or minima do not explode.
+    """
+
+    status: str  # ok | missing_stats
+    max_diff: float | None = None
+    min_diff: float | None = None
+    mean_diff: float | None = None
+    l2norm_diff: float | None = None
+    max_relative_err: float | None = None
+    min_relative_err: float | None = None
+    mean_relative_err: float | None = None
+    norm_relative_err: float | None = None
+    range_rel_err: float | None = None
+    nonfinite_npu: int = 0
+    nonfinite_bench: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def stats_metrics(npu: Stats, bench: Stats) -> StatsMetrics:
+    """Compare two tensors by their recorded Max/Min/Mean/Norm."""
+    pairs = {k: (getattr(npu, k), getattr(bench, k)) for k in ("max", "min", "mean", "norm")}
+    nonfinite = {
+        "nonfinite_npu": sum(v is not None and not math.isfinite(v) for v, _ in pairs.values()),
+        "nonfinite_bench": sum(v is not None and not math.isfinite(v) for _, v in pairs.values()),
+    }
+    if pairs["max"][0] is None or pairs["max"][1] is None:
+        return StatsMetrics(status="missing_stats", **nonfinite)
+    diffs = {k: (a - b if a is not None and b is not None else None) for k, (a, b) in pairs.items()}
+    rels = {k: _rel(d, pairs[k][1]) for k, d in diffs.items()}
+    scale = max(abs(pairs["max"][1] or 0.0), abs(pairs["min"][1] or 0.0))
+    ranged = [abs(d) for k, d in diffs.items() if k != "norm" and d is not None]
+    range_rel = _rel(max(ranged), scale) if ranged else None
+    return StatsMetrics(
+        status="ok",
+        max_diff=diffs["max"],
+        min_diff=diffs["min"],
+        mean_diff=diffs["mean"],
+        l2norm_diff=diffs["norm"],
+        max_relative_err=rels["max"],
+        min_relative_err=rels["min"],
+        mean_relative_err=rels["mean"],
+        norm_relative_err=rels["norm"],
+        range_rel_err=range_rel,
+        **nonfinite,
+    )
+
+
+def _rel(diff: float | None, ref: float | None) -> float | None:
+    if diff is None or ref is None:
+        return None
+    if math.isnan(diff):
+        return math.nan
+    if diff == 0:
+        return 0.0
+    return abs(diff) / abs(ref) if ref != 0 else math.inf
