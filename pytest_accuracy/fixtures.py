@@ -1,0 +1,53 @@
+"""Fixtures for a user's own suites: loaded dumps, the compare, and (later) logs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_accuracy.compare import Comparison
+from pytest_accuracy.dumps.layout import load_dumps
+from pytest_accuracy.dumps.model import DumpSet
+from pytest_accuracy.settings import compare_criteria, path_setting
+
+
+def _marker_kwargs(request: pytest.FixtureRequest) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    # closest marker wins: iterate from the outermost so inner ones overwrite.
+    for mark in reversed(list(request.node.iter_markers("accuracy"))):
+        kwargs.update(mark.kwargs)
+    return kwargs
+
+
+def _dump(request: pytest.FixtureRequest, name: str) -> DumpSet:
+    path = path_setting(request.config, name, _marker_kwargs(request))
+    if path is None:
+        pytest.skip(f"no {name} dump given (--acc-{name}, ini acc_{name} or @accuracy({name}=...))")
+    return load_dumps(path)
+
+
+@pytest.fixture
+def acc_npu_dump(request: pytest.FixtureRequest) -> DumpSet:
+    """The NPU (device under test) dump: every step and rank, tensors loaded on demand."""
+    return _dump(request, "npu")
+
+
+@pytest.fixture
+def acc_bench_dump(request: pytest.FixtureRequest) -> DumpSet:
+    """The bench dump: every step and rank, tensors loaded on demand."""
+    return _dump(request, "bench")
+
+
+@pytest.fixture
+def acc_compare(request: pytest.FixtureRequest, acc_npu_dump: DumpSet,
+                acc_bench_dump: DumpSet) -> Any:
+    """The compare of the two dumps: ``.pairs``, ``.table`` (DataFrame), ``.first_divergence``,
+    ``.failures`` and ``.assert_close()`` raising an AssertionError naming the first divergence."""
+    from pytest_accuracy.api import CompareReport
+    from pytest_accuracy.suite.pairing import choose_pairing
+
+    kwargs = _marker_kwargs(request)
+    criteria = compare_criteria(request.config, kwargs)
+    pairing = choose_pairing(request.config, acc_npu_dump.framework, acc_bench_dump.framework)
+    return CompareReport(Comparison(acc_npu_dump, acc_bench_dump, criteria, pairing))

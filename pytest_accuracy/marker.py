@@ -1,0 +1,56 @@
+"""The ``accuracy`` marker: its keys, validation, and the ``accuracy(...)`` alias."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pytest
+
+# key -> one-line meaning; the registered marker help and error messages list these.
+MARKER_KEYS: Mapping[str, str] = {
+    "npu": "NPU (device under test) dump path",
+    "bench": "bench dump path",
+    "npu_log": "NPU training log",
+    "bench_logs": "bench training log(s): a path or a list; the first is the bench",
+    "rel_err": "compare: relative L2 error allowed for every dtype",
+    "min_cosine": "compare: minimum cosine for every dtype",
+    "min_matched": "compare: minimum share of NPU nodes that must find a bench counterpart",
+    "dtype_aware": "compare: judge each tensor by its least precise upstream dtype",
+    "first_loss_abs": "loss: first-step absolute error allowed (0.005)",
+    "first_loss_rel": "loss: first-step relative error allowed (0.005)",
+    "mean_abs": "loss: mean absolute error allowed (0.01)",
+    "mean_rel": "loss: mean relative error allowed (0.01)",
+    "gnorm_rel": "loss: grad-norm mean relative error allowed (0.10)",
+    "steps": "loss: (start, end) inclusive step window",
+    "relax_to_bench_noise": "loss: widen thresholds to the bench runs' own spread",
+    "band_factor": "loss: band width in multiples of the bench runs' spread",
+}
+
+MARKER_HELP = (
+    "accuracy(*, npu=None, bench=None, npu_log=None, bench_logs=None, rel_err=None, "
+    "min_cosine=None, min_matched=None, first_loss_abs=0.005, first_loss_rel=0.005, "
+    "mean_abs=0.01, mean_rel=0.01, gnorm_rel=0.10, steps=None, relax_to_bench_noise=False): "
+    "accuracy criteria and inputs for this test; the marker alone is an assertion when the "
+    "test uses acc_npu_log/acc_bench_logs or acc_compare. "
+    "Example: @accuracy(first_loss_abs=0.005, mean_rel=0.01, gnorm_rel=0.10)"
+)
+
+
+def unknown_keys(keys: Iterable[str]) -> list[str]:
+    return sorted(set(keys) - set(MARKER_KEYS))
+
+
+def unknown_keys_message(where: str, bad: list[str]) -> str:
+    return (f"{where}: @accuracy got unknown key(s) {', '.join(bad)}; "
+            f"valid keys: {', '.join(sorted(MARKER_KEYS))}")
+
+
+def accuracy(*args: Any, **kwargs: Any) -> pytest.MarkDecorator:
+    """``@accuracy(first_loss_abs=0.005, ...)``: the ``pytest.mark.accuracy`` marker, checked."""
+    if args:
+        raise TypeError("accuracy() takes keyword arguments only, e.g. accuracy(mean_rel=0.01)")
+    bad = unknown_keys(kwargs)
+    if bad:
+        raise TypeError(unknown_keys_message("accuracy()", bad))
+    return pytest.mark.accuracy(**kwargs)

@@ -1,0 +1,1 @@
+"""Reports: JSON document, CSV tables, HTML page, plots."""

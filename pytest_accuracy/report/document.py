@@ -1,0 +1,101 @@
+"""The versioned JSON document (--acc-json) and the report folder (--acc-report)."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from pytest_accuracy import __version__
+
+DOCUMENT_VERSION = 1
+
+
+def build_document(
+    *,
+    verdict: str,
+    inputs: dict[str, Any],
+    criteria: dict[str, Any],
+    sections: dict[str, Any],
+) -> dict[str, Any]:
+    """Assemble the document; ``sections`` holds compare / loss / precheck / config parts."""
+    doc: dict[str, Any] = {
+        "version": DOCUMENT_VERSION,
+        "plugin_version": __version__,
+        "verdict": verdict,
+        "inputs": inputs,
+        "criteria": criteria,
+    }
+    doc.update(sections)
+    return doc
+
+
+def compare_section(
+    nodes: list[dict[str, Any]], summary: dict[str, Any]
+) -> dict[str, Any]:
+    """The ``compare`` part: first divergence, coverage and one entry per node (no rows)."""
+    ordered = sorted(nodes, key=lambda n: (n["step"], n["rank"], n.get("order", 0)))
+    slim = [{k: v for k, v in n.items() if k not in ("rows", "order")} for n in ordered]
+    return {**summary, "nodes": slim}
+
+
+def write_json(doc: dict[str, Any], path: str | Path) -> Path:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2, default=str, allow_nan=False) + "\n", encoding="utf-8")
+    return out
+
+
+def write_compare_csv(nodes: list[dict[str, Any]], out_dir: Path) -> Path | None:
+    """The compare table in msprobe's column layout, one row per tensor, numbers as numbers."""
+    import pandas as pd
+
+    rows = [row for n in sorted(nodes, key=lambda n: (n["step"], n["rank"], n.get("order", 0)))
+            for row in n.get("rows", [])]
+    if not rows:
+        return None
+    frame = pd.DataFrame(rows)
+    for col in ("NPU Tensor Shape", "Bench Tensor Shape"):
+        if col in frame:
+            frame[col] = frame[col].map(lambda s: str(s) if s is not None else None)
+    path = out_dir / "compare_result.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+def write_html(doc: dict[str, Any], out_dir: Path, images: list[Path]) -> Path:
+    """A short HTML page: verdict, first divergence, failing nodes, waivers, plots."""
+    compare = doc.get("compare") or {}
+    first = compare.get("first_divergence")
+    failing = [n for n in compare.get("nodes", []) if n.get("status") == "fail"][:50]
+    waived = [n for n in compare.get("nodes", []) if n.get("waiver")]
+    esc = html.escape
+    parts = [
+        "<!doctype html><meta charset='utf-8'><title>pytest-accuracy report</title>",
+        "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;text-align:left}"
+        ".fail{color:#b00}.pass{color:#070}</style>",
+        f"<h1>Verdict: <span class='{esc(doc['verdict'])}'>{esc(doc['verdict'])}</span></h1>",
+    ]
+    if first:
+        parts.append(f"<p><b>First divergence:</b> {esc(first['npu_name'])} (step {first['step']},"
+                     f" rank {first['rank']}, {esc(first['tensor'])}): {esc(first['reason'])}</p>")
+    for title, key in (("Loss", "loss"), ("Precheck", "precheck"), ("Config", "config")):
+        if doc.get(key):
+            parts.append(f"<h2>{title}</h2><pre>{esc(json.dumps(doc[key], indent=1)[:4000])}</pre>")
+    if failing:
+        parts.append("<h2>Failing nodes</h2><table><tr><th>step/rank</th><th>node</th>"
+                     "<th>tensor</th><th>reason</th></tr>")
+        parts += [f"<tr><td>{n['step']}/{n['rank']}</td><td>{esc(n['npu_name'])}</td>"
+                  f"<td>{esc(str(n.get('tensor')))}</td><td>{esc(str(n.get('reason')))}</td></tr>"
+                  for n in failing]
+        parts.append("</table>")
+    if waived:
+        parts.append("<h2>Waivers</h2><ul>")
+        parts += [f"<li>{esc(n['npu_name'])}: {esc(n['waiver'])}</li>" for n in waived]
+        parts.append("</ul>")
+    parts += [f"<p><img src='{esc(p.name)}' alt='{esc(p.stem)}' width='640'></p>" for p in images]
+    parts.append("<p>Tables: <a href='compare_result.csv'>compare_result.csv</a></p>")
+    path = out_dir / "index.html"
+    path.write_text("\n".join(parts), encoding="utf-8")
+    return path

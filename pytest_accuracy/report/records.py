@@ -1,0 +1,102 @@
+"""Plain-dict records of compare results: what travels between xdist workers and the report."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pytest_accuracy.compare import NodeResult, TensorComparison
+from pytest_accuracy.divergence import FirstDivergence
+from pytest_accuracy.metrics import StatsMetrics, TensorMetrics
+
+# msprobe's metric column names and our snake_case JSON keys for them.
+TENSOR_COLUMNS = {
+    "cosine": "Cosine", "euc_dist": "EucDist", "max_abs_err": "MaxAbsErr",
+    "max_rel_err": "MaxRelativeErr", "one_thousandth_err_ratio": "One Thousandth Err Ratio",
+    "five_thousandths_err_ratio": "Five Thousandths Err Ratio", "rel_l2_err": "RelL2Err",
+}
+STATS_COLUMNS = {
+    "max_diff": "Max diff", "min_diff": "Min diff", "mean_diff": "Mean diff",
+    "l2norm_diff": "L2norm diff", "max_relative_err": "MaxRelativeErr",
+    "min_relative_err": "MinRelativeErr", "mean_relative_err": "MeanRelativeErr",
+    "norm_relative_err": "NormRelativeErr",
+}
+
+
+def node_record(result: NodeResult, first: FirstDivergence | None) -> dict[str, Any]:
+    """One JSON-able record per NPU node; metrics are those of its worst output."""
+    worst = _worst_output(result)
+    record: dict[str, Any] = {
+        "npu_name": result.npu.name,
+        "bench_name": result.bench.name if result.bench else None,
+        "step": result.step,
+        "rank": result.rank,
+        "status": result.status,
+        "reason": result.reason,
+        "tensor": worst.path if worst else None,
+        "method": worst.method if worst else None,
+        "effective_dtype": worst.dtype if worst else None,
+        "first_divergence": first is not None and first.index == result.index,
+        "waiver": result.waiver.reason if result.waiver else None,
+        "scalar_diffs": [str(d) for d in result.scalar_diffs],
+        "rows": [tensor_row(result, t) for t in result.inputs + result.outputs],
+    }
+    record.update(_metric_fields(worst))
+    if result.status in ("fail", "pass") and worst is not None and not worst.ok:
+        record["reason"] = worst.judgement.detail
+    return record
+
+
+def _worst_output(result: NodeResult) -> TensorComparison | None:
+    failing = result.failing_outputs
+    if failing:
+        return failing[0]
+    return result.outputs[0] if result.outputs else None
+
+
+def _metric_fields(t: TensorComparison | None) -> dict[str, Any]:
+    m = t.metrics if t else None
+    if isinstance(m, TensorMetrics):
+        return {k: _num(getattr(m, k)) for k in TENSOR_COLUMNS}
+    if isinstance(m, StatsMetrics):
+        return {k: _num(getattr(m, k)) for k in STATS_COLUMNS}
+    if t is not None and t.method == "md5":
+        return {"md5_equal": t.ok}
+    return {}
+
+
+def tensor_row(result: NodeResult, t: TensorComparison) -> dict[str, Any]:
+    """One row in msprobe's compare-table layout (numbers stay numbers)."""
+    npu, bench = t.npu, t.bench
+    row: dict[str, Any] = {
+        "Step": result.step, "Rank": result.rank,
+        "NPU Name": f"{result.npu.name}.{t.path}",
+        "Bench Name": f"{result.bench.name}.{t.path}" if result.bench and bench else None,
+        "NPU Dtype": npu.raw_dtype, "Bench Dtype": bench.raw_dtype if bench else None,
+        "NPU Tensor Shape": list(npu.shape), "Bench Tensor Shape": list(bench.shape) if bench else None,
+        "Effective Dtype": t.dtype,
+    }
+    m = t.metrics
+    if isinstance(m, TensorMetrics):
+        row.update({col: _num(getattr(m, k)) for k, col in TENSOR_COLUMNS.items()})
+    elif isinstance(m, StatsMetrics):
+        row.update({col: _num(getattr(m, k)) for k, col in STATS_COLUMNS.items()})
+    elif t.method == "md5":
+        row.update({"NPU MD5": npu.md5, "BENCH MD5": bench.md5 if bench else None})
+    for side, rec in (("NPU", npu), ("Bench", bench)):
+        stats = rec.stats if rec else None
+        row.update({
+            f"{side} max": stats.max if stats else None, f"{side} min": stats.min if stats else None,
+            f"{side} mean": stats.mean if stats else None,
+            f"{side} l2norm": stats.norm if stats else None,
+        })
+    row["Result"] = "pass" if t.ok else "fail"
+    row["Err_message"] = t.judgement.detail
+    row["NPU_Stack_Info"] = result.npu.stack_line()
+    return row
+
+
+def _num(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value

@@ -1,0 +1,59 @@
+"""The built-in suite: a collector rooted at the session that yields ``accuracy::<group>::<id>``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pytest_accuracy.errors import AccuracyInputError
+
+RECORD_KEY = pytest.StashKey[dict[str, Any]]()
+
+
+class AccuracyError(Exception):
+    """An accuracy criterion was missed; ``lines`` is the whole failure message."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        super().__init__("\n".join(lines))
+
+
+class AccuracyItem(pytest.Item):
+    """Base for generated items: short failure messages, no Python traceback."""
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, AccuracyError):
+            return "\n".join(excinfo.value.lines)
+        if isinstance(excinfo.value, AccuracyInputError):
+            return f"unreadable input: {excinfo.value}"
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, None, self.nodeid
+
+
+class AccuracyGroup(pytest.Collector):
+    """Base for the groups (compare, loss, precheck, config): input errors are collection errors."""
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:
+        if isinstance(excinfo.value, (AccuracyInputError, ImportError)):
+            return f"unreadable input: {excinfo.value}"
+        return super().repr_failure(excinfo)
+
+
+class AccuracySuite(pytest.Collector):
+    """Root of the generated items; its children are the groups with inputs given."""
+
+    def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
+        from pytest_accuracy.suite.compare_items import CompareGroup
+
+        state = self.config.stash[STATE_KEY]
+        if state.has_dumps:
+            yield CompareGroup.from_parent(self, name="compare")
+        for name, group in state.extra_groups():
+            yield group.from_parent(self, name=name)
+
+
+from pytest_accuracy.suite.state import STATE_KEY  # noqa: E402  (cycle: state needs the bases)

@@ -1,0 +1,107 @@
+"""Compare items: one per NPU node (``accuracy::compare::<step>/<rank>/<node>``) plus coverage."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pytest_accuracy.compare import Comparison, NodeResult
+from pytest_accuracy.divergence import FirstDivergence, evidence_lines, find_first_divergence
+from pytest_accuracy.report.records import node_record
+from pytest_accuracy.settings import setting
+from pytest_accuracy.suite import RECORD_KEY, AccuracyError, AccuracyGroup, AccuracyItem
+from pytest_accuracy.suite.state import STATE_KEY
+
+
+class CompareGroup(AccuracyGroup):
+    def collect(self) -> Iterator[pytest.Item]:
+        cmp = self.config.stash[STATE_KEY].comparison  # input errors become collection errors
+        scopes = setting(self.config, "scope") or []
+        for i, (dump, call) in enumerate(cmp.entries):
+            if scopes and not any(fnmatch.fnmatchcase(call.name, s) for s in scopes):
+                continue
+            name = f"{dump.step}/{dump.rank}/{call.name}"
+            yield CompareItem.from_parent(self, name=name, index=i)
+        yield CoverageItem.from_parent(self, name="coverage")
+
+
+class CompareItem(AccuracyItem):
+    """Passes when this node's outputs meet the compare criteria."""
+
+    def __init__(self, *, index: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.index = index
+
+    def runtest(self) -> None:
+        cmp = self.config.stash[STATE_KEY].comparison
+        result = cmp.node(self.index)
+        first = find_first_divergence(cmp, upto=self.index) if result.status == "fail" else None
+        record = node_record(result, first)
+        record["order"] = self.index
+        if first is not None:
+            record["first"] = first.as_dict()
+        self.stash[RECORD_KEY] = record
+        if result.status in ("unmatched", "skip"):
+            pytest.skip(f"{result.status}: {result.reason}")
+        if result.status == "waived":
+            pytest.xfail(result.reason)
+        if result.status == "error":
+            raise AccuracyError([f"{result.npu.name}: {result.reason}"])
+        if result.status == "fail":
+            raise AccuracyError(failure_lines(result, first))
+
+
+def failure_lines(result: NodeResult, first: FirstDivergence | None) -> list[str]:
+    """The failure message: what mismatched, how much, where, and why it matters."""
+    where = f"step {result.step}, rank {result.rank}"
+    bench = result.bench.name if result.bench else "?"
+    lines = [f"Outputs of {result.npu.name} ({where}) are not close to bench {bench}!", ""]
+    for t in result.failing_outputs:
+        lines.append(f"{t.path}: {t.judgement.detail}")
+        m = t.metrics
+        index = getattr(m, "worst_index", None)
+        if index is not None:
+            lines.append(f"Greatest absolute difference: {getattr(m, 'max_abs_err', 0):.3g} "
+                         f"at index {index}")
+    lines.append("")
+    if first is not None and first.index == result.index:
+        lines.append("This is the FIRST DIVERGENT NODE: " + (
+            "its inputs match the bench and its outputs do not." if first.kind == "appears"
+            else f"its inputs already differ; the error appeared after {first.previous}."))
+        if first.likely_cause:
+            lines.append(f"Likely cause: {first.likely_cause}")
+    elif first is not None:
+        lines.append(f"Error carried in: the first divergence is {first.npu_name} "
+                     f"(step {first.step}, rank {first.rank}).")
+    lines += ["", "Inputs vs outputs:", *evidence_lines(result)]
+    stack = result.npu.stack_line()
+    if stack:
+        lines += ["", f"Stack: {stack}"]
+    return lines
+
+
+class CoverageItem(AccuracyItem):
+    """Fails when too few NPU nodes found a bench counterpart, or none could be compared."""
+
+    def runtest(self) -> None:
+        state = self.config.stash[STATE_KEY]
+        cmp: Comparison = state.comparison
+        share = cmp.matched_share()
+        need = state.criteria.min_matched
+        total = len(cmp)
+        matched = round(share * total)
+        self.stash[RECORD_KEY] = {"coverage": {"matched": matched, "total": total,
+                                               "matched_share": share, "min_matched": need}}
+        if total == 0 or matched == 0:
+            raise AccuracyError([
+                f"Nothing comparable matched: 0 of {total} NPU nodes found a bench counterpart.",
+                f"NPU {cmp.npu.framework} dump {cmp.npu.root}, bench {cmp.bench.framework} "
+                f"dump {cmp.bench.root}."])
+        if share < need:
+            raise AccuracyError([
+                f"Only {matched} of {total} NPU nodes ({share:.1%}) found a bench counterpart "
+                f"(at least {need:.0%} required).",
+                "Unmatched nodes are skipped items; see the summary for the list."])

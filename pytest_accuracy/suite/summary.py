@@ -1,0 +1,176 @@
+"""Gather item records on the controller; write the terminal summary, JSON document and report."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_accuracy.report.document import (
+    build_document,
+    compare_section,
+    write_compare_csv,
+    write_html,
+    write_json,
+)
+from pytest_accuracy.suite.state import STATE_KEY
+
+
+class AccuracyResults:
+    """Registered plugin object: sees every report (also those coming from xdist workers)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.nodes: list[dict[str, Any]] = []
+        self.groups: dict[str, list[dict[str, Any]]] = {}
+        self.coverage: dict[str, Any] | None = None
+        self.first: dict[str, Any] | None = None
+        self.outcomes: dict[str, int] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for name, value in report.user_properties:
+            if name == "accuracy":
+                self._add(report, json.loads(str(value)))
+
+    def _add(self, report: pytest.TestReport, record: dict[str, Any]) -> None:
+        self.outcomes[report.outcome] = self.outcomes.get(report.outcome, 0) + 1
+        if "coverage" in record:
+            self.coverage = record["coverage"]
+        elif "group" in record:
+            self.groups.setdefault(record["group"], []).append(record)
+        else:
+            first = record.pop("first", None)
+            if first and (self.first is None or _earlier(first, self.first)):
+                self.first = first
+            self.nodes.append(record)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_terminal_summary(
+        self, terminalreporter: Any, exitstatus: int, config: pytest.Config
+    ) -> Generator[None, None, None]:
+        yield
+        lines = self.summary_lines()
+        if lines:
+            terminalreporter.write_sep("=", "accuracy")
+            for line in lines:
+                terminalreporter.write_line(line)
+
+    def summary_lines(self) -> list[str]:
+        lines: list[str] = []
+        if self.first:
+            lines.append(_first_sentence(self.first))
+        elif any(n["status"] == "fail" for n in self.nodes):
+            lines.append("Compare failed; the first divergent node was not among the items run.")
+        elif self.nodes:
+            passed = sum(n["status"] == "pass" for n in self.nodes)
+            lines.append(f"No divergence: {passed} compared nodes meet the criteria.")
+        unmatched = [n for n in self.nodes if n["status"] == "unmatched"]
+        if unmatched:
+            names = ", ".join(f"{n['step']}/{n['rank']}/{n['npu_name']}" for n in unmatched[:5])
+            more = f" and {len(unmatched) - 5} more" if len(unmatched) > 5 else ""
+            lines.append(f"{len(unmatched)} NPU nodes had no bench counterpart (skipped, never "
+                         f"counted as passes): {names}{more}")
+        if self.coverage:
+            c = self.coverage
+            lines.append(f"Matched {c['matched']} of {c['total']} NPU nodes "
+                         f"({c['matched_share']:.1%}; at least {c['min_matched']:.0%} required).")
+        for group, records in sorted(self.groups.items()):
+            failed = [r for r in records if r.get("status") == "fail"]
+            if failed:
+                lines.append(f"{group}: {len(failed)} failed: " + "; ".join(
+                    str(r.get("summary") or r.get("name")) for r in failed[:3]))
+        return lines
+
+    def verdict(self, exitstatus: int) -> str:
+        checked = self.outcomes.get("passed", 0) + self.outcomes.get("failed", 0)
+        return "pass" if exitstatus == 0 and checked > 0 else "fail"
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        config = session.config
+        if hasattr(config, "workerinput"):
+            return  # only the controller writes the one document
+        json_path = config.getoption("acc_json") or config.getini("acc_json")
+        report_dir = config.getoption("acc_report") or config.getini("acc_report")
+        if json_path or report_dir:
+            self.write_outputs(int(exitstatus), json_path, report_dir)
+
+    def write_outputs(self, exitstatus: int, json_path: Any, report_dir: Any) -> None:
+        state = self.config.stash[STATE_KEY]
+        summary: dict[str, Any] = {"first_divergence": _public_first(self.first),
+                                   "coverage": self.coverage}
+        sections: dict[str, Any] = {"compare": compare_section(self.nodes, summary)
+                                    if self.nodes or self.coverage else None}
+        for group, records in self.groups.items():
+            sections[group] = _group_section(group, records)
+        doc = build_document(
+            verdict=self.verdict(exitstatus),
+            inputs=_inputs(self.config),
+            criteria={"compare": state.criteria.as_dict(), **_group_criteria(self.groups)},
+            sections=sections,
+        )
+        if json_path:
+            write_json(doc, json_path)
+        if report_dir:
+            out = Path(report_dir)
+            out.mkdir(parents=True, exist_ok=True)
+            write_compare_csv(self.nodes, out)
+            images = _write_group_reports(self.config, self.groups, out)
+            write_html(doc, out, images)
+
+
+def _earlier(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return (a["step"], a["rank"], a.get("index", 0)) < (b["step"], b["rank"], b.get("index", 0))
+
+
+def _first_sentence(first: dict[str, Any]) -> str:
+    where = f"step {first['step']}, rank {first['rank']}"
+    if first.get("kind") == "between":
+        text = (f"First divergence between {first.get('previous') or 'the start'} and "
+                f"{first['npu_name']} ({where}): the error appeared in code the dump did not "
+                f"record; {first['tensor']}: {first['reason']}.")
+    else:
+        text = f"First divergence: {first['npu_name']} ({where}), {first['tensor']}: " \
+               f"{first['reason']}."
+    if first.get("likely_cause"):
+        text += f" Likely cause: {first['likely_cause']}."
+    if first.get("stack"):
+        text += f" At {first['stack']}"
+    return text
+
+
+def _public_first(first: dict[str, Any] | None) -> dict[str, Any] | None:
+    if first is None:
+        return None
+    return {k: first.get(k) for k in ("npu_name", "bench_name", "step", "rank", "tensor",
+                                      "reason", "kind", "previous", "likely_cause", "stack")}
+
+
+def _inputs(config: pytest.Config) -> dict[str, Any]:
+    from pytest_accuracy.settings import setting
+
+    keys = ("npu", "bench", "npu_log", "bench_logs", "npu_config", "bench_config", "mapping",
+            "waivers")
+    return {k: (str(v) if not isinstance(v, list) else [str(x) for x in v])
+            for k in keys if (v := setting(config, k))}
+
+
+def _group_section(group: str, records: list[dict[str, Any]]) -> Any:
+    from pytest_accuracy.suite.registry import group_section
+
+    return group_section(group, records)
+
+
+def _group_criteria(groups: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    from pytest_accuracy.suite.registry import group_criteria
+
+    return group_criteria(groups)
+
+
+def _write_group_reports(config: pytest.Config, groups: dict[str, list[dict[str, Any]]],
+                         out: Path) -> list[Path]:
+    from pytest_accuracy.suite.registry import write_group_reports
+
+    return write_group_reports(config, groups, out)
