@@ -1,0 +1,1 @@
+"""Readers for msprobe dump directories: metadata, layout and tensor files."""

@@ -1,0 +1,424 @@
+"""Load dumped tensor files (.npy, torch .pt) as numpy arrays without torch or pickle code."""
+
+from __future__ import annotations
+
+import io
+import math
+import mmap
+import os
+import pickle
+import struct
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from pytest_accuracy.errors import AccuracyInputError
+
+__all__ = ["load_array", "resolve_data_path"]
+
+# torch dtype name -> numpy dtype.  Pickled torch dtypes always use these canonical
+# names (torch.float32, never torch.float).  ml_dtypes supplies the formats numpy lacks;
+# they are looked up by name because older ml_dtypes releases lack some float8 variants.
+_NUMPY_NAMES = "float32 float64 float16 int8 int16 int32 int64 uint8 uint16 uint32 uint64 bool"
+_ML_DTYPES_NAMES = (
+    "bfloat16 float8_e4m3fn float8_e5m2 float8_e4m3fnuz float8_e5m2fnuz float8_e8m0fnu"
+)
+_TORCH_DTYPES: dict[str, np.dtype[Any]] = {
+    **{name: np.dtype(name) for name in (*_NUMPY_NAMES.split(), "complex64", "complex128")},
+    **{
+        n: np.dtype(getattr(ml_dtypes, n))
+        for n in _ML_DTYPES_NAMES.split()
+        if hasattr(ml_dtypes, n)
+    },
+}
+# Legacy typed storage classes written by _rebuild_tensor_v2 (one per classic dtype).
+_STORAGE_DTYPES: dict[str, str] = {
+    "FloatStorage": "float32",
+    "DoubleStorage": "float64",
+    "HalfStorage": "float16",
+    "BFloat16Storage": "bfloat16",
+    "CharStorage": "int8",
+    "ShortStorage": "int16",
+    "IntStorage": "int32",
+    "LongStorage": "int64",
+    "ByteStorage": "uint8",
+    "BoolStorage": "bool",
+    "ComplexFloatStorage": "complex64",
+    "ComplexDoubleStorage": "complex128",
+}
+
+# Real torch dtypes we cannot represent: named as "unsupported dtype", not as an attack.
+_UNSUPPORTED_TORCH_DTYPES = frozenset(
+    {"complex32", "chalf", "qint8", "quint8", "qint32", "quint4x2", "quint2x4", "float4_e2m1fn_x2"}
+    | {f"bits{n}" for n in ("1x8", "2x4", "4x2", "8", "16")}
+    | {f"{kind}{bits}" for kind in ("int", "uint") for bits in range(1, 8)}
+    | {"float8_e8m0fnu"} - set(_TORCH_DTYPES)
+)
+
+_MMAP_MIN_BYTES = 1 << 20  # below this, one read() beats setting up a mapping
+_MAX_PICKLE_BYTES = 1 << 20  # a single-tensor data.pkl is ~200 bytes; refuse anything huge
+_ZIP_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, skipped fields, name len, extra len
+_LEGACY_TORCH_MAGIC = b"\x80\x02\x8a\x0a"  # pickle proto 2 + the long magic of pre-1.6 torch.save
+
+
+class _BadPickle(Exception):
+    """The pickle is malformed or asks for something we refuse; the message says what."""
+
+
+@dataclass(frozen=True, slots=True)
+class _StorageType:
+    """Stand-in for torch.<X>Storage / torch.storage.UntypedStorage (dtype None = bytes)."""
+
+    dtype: np.dtype[Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class _DtypeRef:
+    """Stand-in for a torch.<dtype> object, as passed to _rebuild_tensor_v3."""
+
+    dtype: np.dtype[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _StorageRef:
+    """A lazy reference to the archive member <prefix>/data/<key>."""
+
+    key: str
+    dtype: np.dtype[Any] | None
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class _TensorRef:
+    """What the pickle describes: a strided view of one storage."""
+
+    storage: _StorageRef
+    offset: int
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: np.dtype[Any]
+
+
+def _int_tuple(value: object, what: str) -> tuple[int, ...]:
+    if not isinstance(value, tuple) or len(value) > 64:
+        raise _BadPickle(f"tensor {what} is not a tuple of at most 64 ints: {value!r:.80}")
+    for item in value:
+        if type(item) is not int or not 0 <= item < 1 << 62:
+            raise _BadPickle(f"tensor {what} has an invalid entry: {item!r:.80}")
+    return value
+
+
+def _tensor_ref(storage: object, offset: object, size: object, stride: object) -> _TensorRef:
+    if not isinstance(storage, _StorageRef):
+        raise _BadPickle("tensor storage is not a persistent storage reference")
+    if type(offset) is not int or not 0 <= offset < 1 << 62:
+        raise _BadPickle(f"invalid storage offset {offset!r:.80}")
+    shape, strides = _int_tuple(size, "size"), _int_tuple(stride, "stride")
+    if len(shape) != len(strides):
+        raise _BadPickle(f"tensor size {shape} and stride {strides} differ in length")
+    if storage.dtype is None:
+        raise _BadPickle("an untyped storage needs _rebuild_tensor_v3 with a dtype")
+    return _TensorRef(storage, offset, shape, strides, storage.dtype)
+
+
+def _rebuild_tensor(storage: object, offset: object, size: object, stride: object) -> _TensorRef:
+    return _tensor_ref(storage, offset, size, stride)
+
+
+def _rebuild_tensor_v2(
+    storage: object, offset: object, size: object, stride: object, *_grad_hooks_meta: object
+) -> _TensorRef:
+    return _tensor_ref(storage, offset, size, stride)
+
+
+def _rebuild_tensor_v3(
+    storage: object,
+    offset: object,
+    size: object,
+    stride: object,
+    _requires_grad: object,
+    _hooks: object,
+    dtype: object,
+    *_metadata: object,
+) -> _TensorRef:
+    if not isinstance(storage, _StorageRef) or not isinstance(dtype, _DtypeRef):
+        raise _BadPickle("_rebuild_tensor_v3 needs a storage reference and a torch dtype")
+    typed = _StorageRef(storage.key, dtype.dtype, storage.nbytes)
+    return _tensor_ref(typed, offset, size, stride)
+
+
+def _rebuild_parameter(data: object, *_grad_hooks: object) -> object:
+    # An nn.Parameter is just its data tensor for our purposes.
+    return data
+
+
+def _empty_hooks() -> dict[object, object]:
+    # Stand-in for collections.OrderedDict(): backward hooks are never restored.
+    return {}
+
+
+_SAFE_GLOBALS: dict[str, object] = {
+    "torch._utils._rebuild_tensor": _rebuild_tensor,
+    "torch._utils._rebuild_tensor_v2": _rebuild_tensor_v2,
+    "torch._utils._rebuild_tensor_v3": _rebuild_tensor_v3,
+    "torch._utils._rebuild_parameter": _rebuild_parameter,
+    "collections.OrderedDict": _empty_hooks,
+    "torch.storage.UntypedStorage": _StorageType(None),
+    "torch.UntypedStorage": _StorageType(None),
+    **{f"torch.{cls}": _StorageType(_TORCH_DTYPES[dt]) for cls, dt in _STORAGE_DTYPES.items()},
+    **{f"torch.{name}": _DtypeRef(dtype) for name, dtype in _TORCH_DTYPES.items()},
+}
+
+
+class _TensorUnpickler(pickle.Unpickler):
+    """Resolves globals only to the harmless stand-ins above; everything else is refused.
+
+    Every way a pickle can reach a callable (GLOBAL, STACK_GLOBAL, INST, OBJ, EXT*)
+    goes through find_class, so nothing outside _SAFE_GLOBALS can ever run.
+    """
+
+    def find_class(self, module: str, name: str) -> Any:
+        qualified = f"{module}.{name}"
+        if qualified in _SAFE_GLOBALS:
+            return _SAFE_GLOBALS[qualified]
+        if module == "torch" and (name.endswith("Storage") or name in _UNSUPPORTED_TORCH_DTYPES):
+            raise _BadPickle(f"unsupported dtype: tensor of type {qualified!r}")
+        raise _BadPickle(
+            f"refused to unpickle {qualified!r}: only torch tensor rebuild functions, "
+            "storage types and dtypes are allowed in a tensor file"
+        )
+
+    def persistent_load(self, pid: Any) -> _StorageRef:
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
+            raise _BadPickle(f"unexpected persistent id {pid!r:.80}")
+        _, storage_type, key, _location, numel = pid
+        if not isinstance(storage_type, _StorageType):
+            raise _BadPickle(f"persistent id names no storage type: {storage_type!r:.80}")
+        if not isinstance(key, str) or not key.isalnum():
+            raise _BadPickle(f"invalid storage key {key!r:.80}")
+        if type(numel) is not int or not 0 <= numel < 1 << 62:
+            raise _BadPickle(f"invalid storage size {numel!r:.80}")
+        dtype = storage_type.dtype
+        # Typed storages count elements, UntypedStorage counts bytes.
+        nbytes = numel * dtype.itemsize if dtype is not None else numel
+        return _StorageRef(key, dtype, nbytes)
+
+
+def resolve_data_path(root: Path, data_name: str) -> Path:
+    """``root/data_name`` with symlinks resolved, refused unless it stays inside ``root``.
+
+    dump.json is input like any other: a data_name such as ``../../etc/passwd`` or a
+    symlink planted in the dump must not make us read files outside the dump.
+    """
+    if not data_name or "\0" in data_name:
+        raise AccuracyInputError(root, f"invalid data_name {data_name!r}")
+    if Path(data_name).is_absolute() or data_name.startswith(("/", "\\")):
+        raise AccuracyInputError(
+            root, f"data_name {data_name!r} is absolute; it must be relative to the dump directory"
+        )
+    try:
+        base = Path(root).resolve()
+        target = (base / data_name).resolve()
+    except (OSError, RuntimeError) as exc:  # symlink loops raise RuntimeError before 3.13
+        raise AccuracyInputError(root, f"cannot resolve data_name {data_name!r}: {exc}") from exc
+    if target == base:
+        raise AccuracyInputError(root, f"data_name {data_name!r} names the dump directory itself")
+    if not target.is_relative_to(base):
+        raise AccuracyInputError(
+            target, f"data_name {data_name!r} points outside the dump directory {base}"
+        )
+    return target
+
+
+def load_array(path: Path, *, mmap: bool = True) -> np.ndarray:
+    """The tensor stored in ``path`` (.npy or torch .pt) with its original dtype and shape.
+
+    With ``mmap=True``, data of 1 MiB or more is returned as a read-only view of the
+    file (when the layout allows it), so comparing a large dump does not need all of it
+    in memory at once; smaller data is read, as mapping it costs more than it saves.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".npy", ".pt"):
+        raise AccuracyInputError(path, f"unsupported tensor file type {path.suffix!r} (.npy, .pt)")
+    if not path.exists():
+        raise AccuracyInputError(path, "tensor file not found")
+    if not path.is_file():
+        raise AccuracyInputError(path, "tensor path is not a regular file")
+    return _load_npy(path, mmap) if suffix == ".npy" else _load_pt(path, mmap)
+
+
+def _load_npy(path: Path, use_mmap: bool) -> np.ndarray:
+    try:
+        use_mmap = use_mmap and path.stat().st_size >= _MMAP_MIN_BYTES
+        loaded = np.load(path, allow_pickle=False, mmap_mode="r" if use_mmap else None)
+    except ValueError as exc:
+        # numpy says "Object arrays cannot be loaded when allow_pickle=False" here.
+        raise AccuracyInputError(path, f"not a plain numeric .npy array: {exc}") from exc
+    except (OSError, EOFError) as exc:
+        raise AccuracyInputError(path, f"unreadable .npy file: {exc}") from exc
+    if not isinstance(loaded, np.ndarray):  # an .npz archive renamed to .npy
+        raise AccuracyInputError(path, "not a single .npy array (an .npz archive?)")
+    if loaded.dtype.kind not in "biufc":
+        raise AccuracyInputError(path, f"unsupported dtype {loaded.dtype} in .npy file")
+    return np.asarray(loaded)
+
+
+def _load_pt(path: Path, use_mmap: bool) -> np.ndarray:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            prefix = _record_prefix(archive, path)
+            ref = _unpickle_tensor(archive, prefix, path)
+            byteorder = _byteorder(archive, prefix, path)
+            member = f"{prefix}data/{ref.storage.key}"
+            try:
+                info = archive.getinfo(member)
+            except KeyError:
+                raise AccuracyInputError(path, f"storage member {member!r} is missing") from None
+            raw = _storage_bytes(path, archive, info, use_mmap)
+    except zipfile.BadZipFile as exc:
+        raise AccuracyInputError(path, _not_a_zip_problem(path, exc)) from exc
+    except (OSError, EOFError, zlib.error, NotImplementedError, RuntimeError, ValueError) as exc:
+        # zipfile reports corrupt or truncated members with all of these.
+        raise AccuracyInputError(path, f"corrupt torch .pt archive: {exc}") from exc
+    if raw.size < ref.storage.nbytes:
+        raise AccuracyInputError(
+            path,
+            f"storage too small: data/{ref.storage.key} holds {raw.size} bytes, "
+            f"the pickle declares {ref.storage.nbytes}",
+        )
+    try:
+        return _build_array(raw[: ref.storage.nbytes], ref, byteorder, path)
+    except (ValueError, MemoryError) as exc:
+        # A hostile shape over a tiny storage (stride 0, or zero-sized but enormous).
+        problem = f"cannot build a tensor of shape {list(ref.size)}: {exc}"
+        raise AccuracyInputError(path, problem) from None
+
+
+def _not_a_zip_problem(path: Path, exc: Exception) -> str:
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(len(_LEGACY_TORCH_MAGIC))
+    except OSError:
+        head = b""
+    if head == _LEGACY_TORCH_MAGIC:
+        return "legacy (torch < 1.6, non-zip) .pt format is not supported"
+    return f"not a valid torch .pt zip archive: {exc}"
+
+
+def _record_prefix(archive: zipfile.ZipFile, path: Path) -> str:
+    pickles = [n for n in archive.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
+    if len(pickles) != 1:
+        raise AccuracyInputError(
+            path, f"expected one <name>/data.pkl in the .pt archive, found {len(pickles)}"
+        )
+    return pickles[0][: -len("data.pkl")]
+
+
+def _unpickle_tensor(archive: zipfile.ZipFile, prefix: str, path: Path) -> _TensorRef:
+    info = archive.getinfo(f"{prefix}data.pkl")
+    if info.file_size > _MAX_PICKLE_BYTES:
+        raise AccuracyInputError(path, f"data.pkl is {info.file_size} bytes: not a single tensor")
+    data = archive.read(info)
+    try:
+        obj = _TensorUnpickler(io.BytesIO(data)).load()
+    except _BadPickle as exc:
+        raise AccuracyInputError(path, str(exc)) from None
+    except Exception as exc:
+        # Hostile or corrupt pickles fail in many ways (TypeError from calling a
+        # stand-in with odd arguments, UnpicklingError, EOFError, ...); all are bad input.
+        raise AccuracyInputError(path, f"corrupt data.pkl: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(obj, _TensorRef):
+        raise AccuracyInputError(
+            path, f"expected a single saved tensor, found {type(obj).__name__}"
+        )
+    return obj
+
+
+def _byteorder(archive: zipfile.ZipFile, prefix: str, path: Path) -> str:
+    # Archives written before torch recorded byte order are little-endian.
+    if f"{prefix}byteorder" not in archive.namelist():
+        return "little"
+    order = archive.read(f"{prefix}byteorder").decode("ascii", "replace").strip()
+    if order not in ("little", "big"):
+        raise AccuracyInputError(path, f"unknown byteorder {order!r}")
+    return order
+
+
+def _storage_bytes(
+    path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, use_mmap: bool
+) -> np.ndarray:
+    """The member's bytes as a uint8 array: a file mapping when stored uncompressed."""
+    small = info.file_size < _MMAP_MIN_BYTES  # mapping costs more than reading these
+    if small or not use_mmap or info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 1:
+        # Reading into a bytearray makes the result writable and independent of the file.
+        return np.frombuffer(bytearray(archive.read(info)), dtype=np.uint8)
+    with path.open("rb") as fh:
+        fh.seek(info.header_offset)
+        header = fh.read(_ZIP_LOCAL_HEADER.size)
+        if len(header) < _ZIP_LOCAL_HEADER.size or header[:4] != b"PK\x03\x04":
+            raise AccuracyInputError(path, f"bad zip local header for {info.filename!r}")
+        _, name_len, extra_len = _ZIP_LOCAL_HEADER.unpack(header)
+        # torch pads the local extra field so storages start 64-byte aligned; the
+        # central directory does not record that padding, so it must come from here.
+        start = info.header_offset + _ZIP_LOCAL_HEADER.size + name_len + extra_len
+        if start + info.file_size > os.fstat(fh.fileno()).st_size:
+            raise AccuracyInputError(path, f"archive truncated inside {info.filename!r}")
+        mapping = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    # The array keeps the mapping alive; it is unmapped when the last view goes away.
+    return np.frombuffer(mapping, dtype=np.uint8, count=info.file_size, offset=start)
+
+
+def _build_array(raw: np.ndarray, ref: _TensorRef, byteorder: str, path: Path) -> np.ndarray:
+    dtype = ref.dtype
+    count = raw.size // dtype.itemsize
+    numel = math.prod(ref.size)
+    needed = 0
+    if numel:
+        needed = (
+            ref.offset + 1 + sum((n - 1) * s for n, s in zip(ref.size, ref.stride, strict=True))
+        )
+    if needed > count:
+        raise AccuracyInputError(
+            path,
+            f"storage too small: {count} elements of {dtype}, but offset {ref.offset}, "
+            f"shape {list(ref.size)} and stride {list(ref.stride)} need {needed}",
+        )
+    elements = raw[: count * dtype.itemsize].view(dtype)
+    if byteorder == "big" and dtype.itemsize > 1:
+        elements = _swap_bytes(elements)
+    if not numel:
+        return np.empty(ref.size, dtype=dtype)
+    if _is_contiguous(ref.size, ref.stride):
+        return elements[ref.offset : ref.offset + numel].reshape(ref.size)
+    view = np.lib.stride_tricks.as_strided(
+        elements[ref.offset :],
+        shape=ref.size,
+        strides=tuple(s * dtype.itemsize for s in ref.stride),
+        writeable=False,
+    )
+    # Non-plain strides (views, expands) are copied so callers always get a normal array.
+    return np.ascontiguousarray(view)
+
+
+def _is_contiguous(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    # Row-major layout; the stride of a length-1 dimension never matters (torch
+    # leaves arbitrary values there, e.g. after unsqueeze).
+    step = 1
+    for n, s in zip(reversed(size), reversed(stride), strict=True):
+        if n != 1 and s != step:
+            return False
+        step *= n
+    return True
+
+
+def _swap_bytes(elements: np.ndarray) -> np.ndarray:
+    # Swap each scalar component (complex numbers are two floats), via an unsigned view
+    # so that ml_dtypes types need no byte-order support of their own.
+    width = elements.dtype.itemsize // (2 if elements.dtype.kind == "c" else 1)
+    return elements.view(f"<u{width}").byteswap().view(elements.dtype)
