@@ -18,7 +18,14 @@ from pytest_accuracy.criteria import (
     judge_tensor,
     less_precise,
 )
-from pytest_accuracy.dumps.model import Call, Dump, DumpSet, ScalarArg, TensorRecord
+from pytest_accuracy.dumps.model import (
+    Call,
+    Dump,
+    DumpSet,
+    ScalarArg,
+    TensorRecord,
+    is_float_dtype,
+)
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.metrics import StatsMetrics, TensorMetrics, stats_metrics, tensor_metrics
 
@@ -211,7 +218,9 @@ def _compare_all(
         other = by_path.get(rec.path)
         if other is None:
             continue  # e.g. a gradient that only one framework records
-        out.append(compare_tensor(rec, other, less_precise(dtype, rec.dtype), criteria))
+        # integer/bool tensors must be equal, so they keep their own dtype
+        eff = less_precise(dtype, rec.dtype) if is_float_dtype(rec.dtype) else rec.dtype
+        out.append(compare_tensor(rec, other, eff, criteria))
     return out
 
 

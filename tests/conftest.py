@@ -1,0 +1,24 @@
+"""Shared test helpers: paths to the bundled real msprobe dumps (copied from the fixtures)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import dump
+
+
+@pytest.fixture
+def copy_dump(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Copy a bundled dump into tmp_path so a test can damage it."""
+
+    def _copy(variant: str, config: str) -> Path:
+        target = tmp_path / variant / config
+        shutil.copytree(dump(variant, config), target)
+        for path in target.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        return target
+
+    return _copy

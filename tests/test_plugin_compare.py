@@ -1,0 +1,171 @@
+"""The built-in compare suite end to end, through pytester, on the bundled real dumps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import dump
+
+
+def run(pytester: pytest.Pytester, npu: Path, bench: Path, *args: str) -> pytest.RunResult:
+    return pytester.runpytest(f"--acc-npu={npu}", f"--acc-bench={bench}", "-p", "no:cacheprovider",
+                              *args)
+
+
+def test_eps_bug_fails_naming_first_divergence_l1(pytester: pytest.Pytester) -> None:
+    result = run(pytester, dump("pt_bug", "L1_tensor"), dump("pt_fp32", "L1_tensor"))
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([
+        "*= accuracy =*",
+        "First divergence: Tensor.__add__.5.forward (step 0, rank 0), output.0: relative error "
+        "0.0184 (up to 0.0001 allowed); cosine 0.999975 (at least 0.99999 required). Likely "
+        "cause: non-tensor argument differs (input.1: 1e-05 vs bench 1e-06).*",
+    ])
+    result.stdout.fnmatch_lines([
+        "*_ accuracy::compare::0/0/Tensor.__add__.5.forward _*",
+        "Outputs of Tensor.__add__.5.forward (step 0, rank 0) are not close to bench "
+        "Tensor.__add__.5.forward!",
+        "",
+        "output.0: relative error 0.0184 (up to 0.0001 allowed); cosine 0.999975 (at least "
+        "0.99999 required)",
+        "Greatest absolute difference: 9e-06 at index *",
+        "",
+        "This is the FIRST DIVERGENT NODE: its inputs match the bench and its outputs do not.",
+        "Likely cause: non-tensor argument differs (input.1: 1e-05 vs bench 1e-06)",
+        "",
+        "Inputs vs outputs:",
+        "  input  input.0 * rel err 0  cosine 1.000000*ok",
+        "  output output.0 * rel err 0.0184  cosine 0.999975*MISMATCH",
+        "",
+        "Stack: File */tinyllama_pt.py, line 34, in forward, return x * torch.rsqrt(*",
+    ])
+    # everything before the bug is bit-identical and passes
+    outcomes = result.parseoutcomes()
+    assert outcomes["passed"] >= 30 and outcomes["failed"] >= 1
+
+
+def test_eps_bug_fails_naming_first_divergence_l0(pytester: pytest.Pytester) -> None:
+    result = run(pytester, dump("pt_bug", "L0_tensor"), dump("pt_fp32", "L0_tensor"))
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([
+        "*= accuracy =*",
+        "First divergence: Module.layers.1.n1.RMSNorm.forward.0 (step 0, rank 0), output.0: "
+        "relative error 0.0125 (up to 0.0001 allowed)*",
+    ])
+
+
+@pytest.mark.parametrize("config", ["mix_statistics", "L1_md5"])
+def test_statistics_and_md5_dumps_give_a_verdict(pytester: pytest.Pytester, config: str) -> None:
+    result = run(pytester, dump("pt_bug", config), dump("pt_fp32", config))
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["First divergence: Tensor.__add__.5.forward (step 0, rank 0)*"])
+    same = run(pytester, dump("pt_fp32", config), dump("pt_fp32", config))
+    assert same.ret == 0
+
+
+@pytest.mark.parametrize("config", ["L1_tensor", "L0_tensor", "mix_statistics"])
+def test_identical_runs_pass(pytester: pytest.Pytester, config: str) -> None:
+    result = run(pytester, dump("pt_fp32", config), dump("pt_fp32", config))
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["No divergence: * compared nodes meet the criteria."])
+
+
+@pytest.mark.parametrize("config", ["L1_tensor", "L0_tensor", "mix_statistics"])
+def test_bf16_autocast_noise_passes_by_default(pytester: pytest.Pytester, config: str) -> None:
+    result = run(pytester, dump("pt_bf16", config), dump("pt_fp32", config))
+    assert result.ret == 0
+
+
+def test_bf16_fails_when_judged_as_fp32(pytester: pytest.Pytester) -> None:
+    result = run(pytester, dump("pt_bf16", "L1_tensor"), dump("pt_fp32", "L1_tensor"),
+                 "--acc-no-dtype-aware")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["First divergence: Functional.linear.0.forward (step 0, rank 0)*"])
+
+
+def test_json_document(pytester: pytest.Pytester) -> None:
+    out = pytester.path / "acc.json"
+    run(pytester, dump("pt_bug", "L1_tensor"), dump("pt_fp32", "L1_tensor"), f"--acc-json={out}")
+    doc = json.loads(out.read_text())
+    assert doc["version"] == 1 and doc["verdict"] == "fail"
+    assert doc["plugin_version"] and doc["inputs"]["npu"].endswith("pt_bug/L1_tensor")
+    assert doc["criteria"]["compare"]["tolerances"]["float32"] == {"rel_err": 1e-4,
+                                                                   "min_cosine": 0.99999}
+    first = doc["compare"]["first_divergence"]
+    assert (first["npu_name"], first["bench_name"], first["step"], first["rank"],
+            first["tensor"]) == ("Tensor.__add__.5.forward", "Tensor.__add__.5.forward", 0, 0,
+                                 "output.0")
+    nodes = doc["compare"]["nodes"]
+    assert len(nodes) == 244
+    assert {n["status"] for n in nodes} == {"pass", "fail"}
+    node = next(n for n in nodes if n["npu_name"] == "Tensor.__add__.5.forward" and n["step"] == 0)
+    assert node["status"] == "fail" and node["rel_l2_err"] == pytest.approx(0.0184, abs=1e-4)
+    assert node["cosine"] == pytest.approx(0.999975, abs=1e-6) and "max_abs_err" in node
+
+
+def test_xdist_writes_one_document(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    out = pytester.path / "acc.json"
+    result = pytester.runpytest_subprocess(
+        f"--acc-npu={dump('pt_bug', 'L0_tensor')}", f"--acc-bench={dump('pt_fp32', 'L0_tensor')}",
+        "-n", "2", f"--acc-json={out}", "-p", "no:cacheprovider")
+    assert result.ret == 1
+    doc = json.loads(out.read_text())
+    assert doc["compare"]["first_divergence"]["npu_name"] == "Module.layers.1.n1.RMSNorm.forward.0"
+    assert len(doc["compare"]["nodes"]) == 126
+
+
+def test_report_folder(pytester: pytest.Pytester) -> None:
+    import pandas as pd
+
+    out = pytester.path / "rep"
+    run(pytester, dump("pt_bug", "L1_tensor"), dump("pt_fp32", "L1_tensor"), f"--acc-report={out}")
+    table = pd.read_csv(out / "compare_result.csv")
+    assert {"NPU Name", "Bench Name", "Cosine", "MaxAbsErr", "Result"} <= set(table.columns)
+    assert table["Cosine"].dtype.kind == "f" and (table["Result"] == "fail").any()
+    assert "Tensor.__add__.5.forward" in (out / "index.html").read_text()
+
+
+def test_selection_by_step_and_scope(pytester: pytest.Pytester) -> None:
+    result = run(pytester, dump("pt_bug", "L0_tensor"), dump("pt_fp32", "L0_tensor"),
+                 "--acc-steps-select=1", "--acc-scope=Module.layers.0.*", "--collect-only", "-q")
+    lines = [line for line in result.stdout.lines if line.startswith("accuracy::")]
+    assert lines and all(line.startswith(("accuracy::compare::1/0/Module.layers.0.",
+                                          "accuracy::compare::coverage")) for line in lines)
+
+
+def test_waivers_relax_or_mark_known_divergence(pytester: pytest.Pytester) -> None:
+    waivers = pytester.path / "waivers.yaml"
+    waivers.write_text(
+        "- pattern: 'Module.layers.1.n1.*'\n  reason: eps change under review (JIRA-1)\n"
+        "  known_divergence: true\n"
+        "- pattern: 'Module.*'\n  reason: layer-1 eps change propagates\n  rel_err: 0.5\n"
+        "  min_cosine: 0.9\n")
+    out = pytester.path / "rep"
+    result = run(pytester, dump("pt_bug", "L0_tensor"), dump("pt_fp32", "L0_tensor"),
+                 f"--acc-waivers={waivers}", f"--acc-report={out}", "-rx")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*XFAIL*Module.layers.1.n1.RMSNorm.forward.0*JIRA-1*"])
+    assert "eps change under review (JIRA-1)" in (out / "index.html").read_text()
+
+
+def test_unmatched_nodes_are_skipped_and_listed(pytester: pytest.Pytester) -> None:
+    result = run(pytester, dump("ms_fp32", "L0_tensor"), dump("pt_fp32", "L0_tensor"),
+                 "--acc-align=name", "-rs")
+    assert result.ret == 1  # nothing comparable matched: the coverage item fails
+    result.stdout.fnmatch_lines([
+        "*Nothing comparable matched: 0 of 126 NPU nodes found a bench counterpart.*",
+        "*NPU nodes had no bench counterpart (skipped, never counted as passes)*",
+    ])
+    assert "passed" not in result.parseoutcomes()
+
+
+def test_low_matched_share_fails_coverage(pytester: pytest.Pytester) -> None:
+    result = run(pytester, dump("ms_fp32", "L1_tensor"), dump("pt_fp32", "L1_tensor"),
+                 "--acc-align=name", "--acc-min-matched=0.9")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*Only * of 342 NPU nodes (*%) found a bench counterpart "
+                                 "(at least 90% required).*"])
