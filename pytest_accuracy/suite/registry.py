@@ -8,19 +8,54 @@ from typing import Any
 
 import pytest
 
+from pytest_accuracy.settings import setting
+
 
 def extra_groups(config: pytest.Config) -> Iterator[tuple[str, type[pytest.Collector]]]:
-    return iter(())
+    if setting(config, "npu_log") or setting(config, "bench_logs"):
+        from pytest_accuracy.suite.loss_items import LossGroup
+
+        yield "loss", LossGroup
+    if config.getoption("acc_precheck"):
+        from pytest_accuracy.suite.precheck_items import PrecheckGroup
+
+        yield "precheck", PrecheckGroup
+    if setting(config, "npu_config") or setting(config, "bench_config"):
+        from pytest_accuracy.suite.config_items import ConfigGroup
+
+        yield "config", ConfigGroup
 
 
 def group_section(group: str, records: list[dict[str, Any]]) -> Any:
-    return records
+    if group == "loss":
+        from pytest_accuracy.suite.loss_items import loss_section
+
+        return loss_section(records)
+    if group == "precheck":
+        return {"apis": [{k: r.get(k) for k in ("name", "status", "cosine", "max_abs", "reason")}
+                         for r in records]}
+    return {"keys": [{k: v for k, v in r.items() if k != "group"} for r in records]}
 
 
 def group_criteria(groups: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    return {}
+    out: dict[str, Any] = {}
+    for group, records in groups.items():
+        for record in records:
+            if record.get("criteria"):
+                out[group] = record["criteria"]
+                break
+    return out
 
 
 def write_group_reports(config: pytest.Config, groups: dict[str, list[dict[str, Any]]],
                         out: Path) -> list[Path]:
-    return []
+    images: list[Path] = []
+    if "loss" in groups:
+        from pytest_accuracy.suite.loss_items import write_loss_plots
+
+        images += write_loss_plots(config, out)
+    if "precheck" in groups:
+        from pytest_accuracy.suite.precheck_items import write_precheck_tables
+
+        write_precheck_tables(groups["precheck"], out)
+    return images
