@@ -8,11 +8,6 @@ from pytest_accuracy.configs.values import integer, number, truthy
 M = "model.model_config."
 
 
-def _flag(side: Side, name: str) -> bool | None:
-    value = side.get(name)
-    return None if value is None else truthy(value)
-
-
 # ---------------------------------------------------------------- network
 
 
@@ -48,7 +43,7 @@ def megatron_ffn_hidden_size(side: Side) -> Found | None:
     hidden = integer(side.get("hidden_size"))
     if found is not None or hidden is None or not side.use_defaults:
         return found
-    if _flag(side, "swiglu"):
+    if side.flag("swiglu"):
         # Megatron's rule for --swiglu: 8h/3 rounded *down* to a multiple of 64.
         size = int((4 * hidden * 2 / 3) / 64) * 64
         return Found(size, f"--ffn-hidden-size unset, Megatron derives it from --hidden-size "
@@ -76,7 +71,7 @@ def mf_kv_heads(side: Side) -> Found | None:
 )
 def megatron_kv_heads(side: Side) -> Found | None:
     groups = side.get("num_query_groups")
-    if _flag(side, "group_query_attention") and groups is not None:
+    if side.flag("group_query_attention") and groups is not None:
         return Found(groups, "--num-query-groups")
     heads = side.get("num_attention_heads")
     if heads is None:
@@ -88,9 +83,9 @@ def megatron_kv_heads(side: Side) -> Found | None:
 
 @register_derive("megatron_activation", reads=("swiglu", "squared_relu", "openai_gelu"))
 def megatron_activation(side: Side) -> Found | None:
-    if _flag(side, "swiglu"):
+    if side.flag("swiglu"):
         return Found("swiglu", "--swiglu", True)
-    if _flag(side, "squared_relu"):
+    if side.flag("squared_relu"):
         return Found("squared_relu", "--squared-relu", True)
     if side.get("swiglu") is None and not side.use_defaults:
         return None
@@ -105,7 +100,7 @@ def megatron_position_embedding(side: Side) -> Found | None:
     found = side.first(("position_embedding_type",))
     if found is not None:
         return found
-    if _flag(side, "use_rotary_position_embeddings"):
+    if side.flag("use_rotary_position_embeddings"):
         return Found("rope", "--use-rotary-position-embeddings", True)
     return side.default("learned_absolute", "position_embedding_type")
 
@@ -153,7 +148,7 @@ def megatron_linear_bias(side: Side) -> Found | None:
 
 @register_derive("megatron_qkv_bias", reads=("add_qkv_bias", "add_bias_linear"))
 def megatron_qkv_bias(side: Side) -> Found | None:
-    if _flag(side, "add_qkv_bias"):
+    if side.flag("add_qkv_bias"):
         return Found(True, "--add-qkv-bias", True)
     return megatron_linear_bias(side)
 

@@ -10,11 +10,6 @@ _WARMUP_MEGATRON = ("lr_warmup_fraction", "lr_warmup_iters", "lr_decay_iters", "
 _PARALLEL = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
 
 
-def _flag(side: Side, name: str) -> bool | None:
-    value = side.get(name)
-    return None if value is None else truthy(value)
-
-
 # ---------------------------------------------------------------- learning-rate warmup
 
 
@@ -103,9 +98,9 @@ def mf_clip_grad(side: Side) -> Found | None:
 
 @register_derive("megatron_compute_dtype", reads=("bf16", "fp16"))
 def megatron_compute_dtype(side: Side) -> Found | None:
-    if _flag(side, "bf16"):
+    if side.flag("bf16"):
         return Found("bfloat16", "--bf16", True)
-    if _flag(side, "fp16"):
+    if side.flag("fp16"):
         return Found("float16", "--fp16", True)
     if side.get("bf16") is None and side.get("fp16") is None and not side.use_defaults:
         return None
@@ -117,9 +112,9 @@ def megatron_compute_dtype(side: Side) -> Found | None:
     reads=("grad_reduce_in_bf16", "accumulate_allreduce_grads_in_fp32", "bf16", "fp16"),
 )
 def megatron_grad_reduce_dtype(side: Side) -> Found | None:
-    if _flag(side, "grad_reduce_in_bf16"):
+    if side.flag("grad_reduce_in_bf16"):
         return Found("bfloat16", "--grad-reduce-in-bf16", True)
-    if _flag(side, "accumulate_allreduce_grads_in_fp32"):
+    if side.flag("accumulate_allreduce_grads_in_fp32"):
         return Found("float32", "--accumulate-allreduce-grads-in-fp32", True)
     dtype = megatron_compute_dtype(side)
     if dtype is None:
@@ -285,9 +280,9 @@ def megatron_global_batch(side: Side) -> Found | None:
     "mf_recompute", reads=("recompute_config.recompute", "recompute_config.select_recompute")
 )
 def mf_recompute(side: Side) -> Found | None:
-    if _flag(side, "recompute_config.recompute"):
+    if side.flag("recompute_config.recompute"):
         return Found("full", "recompute_config.recompute", side.get("recompute_config.recompute"))
-    if _flag(side, "recompute_config.select_recompute"):
+    if side.flag("recompute_config.select_recompute"):
         raw = side.get("recompute_config.select_recompute")
         return Found("selective", "recompute_config.select_recompute", raw)
     if side.get("recompute_config") is None and not side.use_defaults:
@@ -300,6 +295,6 @@ def megatron_recompute(side: Side) -> Found | None:
     found = side.first(("recompute_granularity",))
     if found is not None:
         return found
-    if _flag(side, "recompute_activations"):
+    if side.flag("recompute_activations"):
         return Found("selective", "--recompute-activations", True)
     return Found("none", "no --recompute-granularity") if side.use_defaults else None

@@ -10,6 +10,7 @@ from typing import Literal
 
 import yaml
 
+from pytest_accuracy.configs.values import truthy
 from pytest_accuracy.errors import AccuracyInputError
 
 Flavour = Literal["mindformers", "megatron"]
@@ -163,6 +164,11 @@ class Side:
             else:
                 return None
         return node
+
+    def flag(self, name: str) -> bool | None:
+        """A flag's truth (booleans, 'true', per-stage lists), None where it is not set."""
+        value = self.get(name)
+        return None if value is None else truthy(value)
 
     def source(self, name: str) -> str:
         return megatron_flag(name) if self.flavour == "megatron" else mindformers_source(name)
