@@ -166,7 +166,7 @@ def judge_md5(npu_md5: str | None, bench_md5: str | None) -> Judgement:
 
 
 def load_waivers(path: str | Path) -> tuple[Waiver, ...]:
-    """Read a waivers yaml: a list of {pattern, reason, known_divergence?, rel_err?, min_cosine?}."""
+    """Read a waivers yaml: a list of {pattern, reason, known_divergence?, rel_err?, ...}."""
     import yaml
 
     file = Path(path)

@@ -8,6 +8,7 @@ from typing import Any
 
 from pytest_accuracy.compare import Comparison, NodeResult, TensorComparison
 from pytest_accuracy.dumps.model import TensorRecord
+from pytest_accuracy.metrics import TensorMetrics
 
 
 @dataclass(frozen=True)
@@ -108,11 +109,11 @@ def _summary(t: TensorComparison) -> str:
         return f"md5 {t.npu.md5} vs {t.bench.md5 if t.bench else None}  {verdict}"
     if m is None:
         return verdict
-    if t.method == "tensor" and getattr(m, "status", "") == "ok":
+    if isinstance(m, TensorMetrics) and m.status == "ok":
         return (
-            f"rel err {m.rel_l2_err:.3g}  cosine {m.cosine:.6f}  "  # type: ignore[union-attr]
+            f"rel err {m.rel_l2_err:.3g}  cosine {m.cosine:.6f}  "
             f"max abs {m.max_abs_err:.3g}  [{t.dtype}]  {verdict}"
-        )  # type: ignore[union-attr]
+        )
     if t.method == "statistics":
         return (
             f"norm rel err {_fmt(getattr(m, 'norm_relative_err', None))}  "

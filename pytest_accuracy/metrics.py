@@ -59,16 +59,17 @@ def tensor_metrics(npu: np.ndarray, bench: np.ndarray) -> TensorMetrics:
     if n.size == 0:
         return TensorMetrics(status="empty")
     n_bad, b_bad = ~np.isfinite(n), ~np.isfinite(b)
-    counts = {"nonfinite_npu": int(n_bad.sum()), "nonfinite_bench": int(b_bad.sum())}
-    if counts["nonfinite_npu"] or counts["nonfinite_bench"]:
+    counts = (int(n_bad.sum()), int(b_bad.sum()))
+    if counts[0] or counts[1]:
         same = np.array_equal(n_bad, b_bad) and np.array_equal(n[n_bad], b[b_bad], equal_nan=True)
         if not same:
-            return TensorMetrics(status="nonfinite_mismatch", **counts)
+            return TensorMetrics("nonfinite_mismatch", nonfinite_npu=counts[0],
+                                 nonfinite_bench=counts[1])
         n, b = np.where(n_bad, 0.0, n), np.where(b_bad, 0.0, b)
     return _finite_metrics(n, b, counts)
 
 
-def _finite_metrics(n: np.ndarray, b: np.ndarray, counts: dict[str, int]) -> TensorMetrics:
+def _finite_metrics(n: np.ndarray, b: np.ndarray, counts: tuple[int, int]) -> TensorMetrics:
     diff = n - b
     abs_diff = np.abs(diff)
     abs_b = np.abs(b)
@@ -89,7 +90,8 @@ def _finite_metrics(n: np.ndarray, b: np.ndarray, counts: dict[str, int]) -> Ten
         rel_l2_err=(dist / norm_b) if norm_b > _TINY else (0.0 if dist <= _TINY else math.inf),
         max_abs_bench=float(abs_b.max()),
         worst_index=tuple(int(i) for i in np.unravel_index(flat_worst, n.shape)),
-        **counts,
+        nonfinite_npu=counts[0],
+        nonfinite_bench=counts[1],
     )
 
 

@@ -32,9 +32,10 @@ def path_setting(config: pytest.Config, name: str, marker: Mapping[str, Any] | N
         return None
     path = Path(str(value))
     # ini paths are relative to the ini file, as pytest does for its own path settings.
-    if not path.is_absolute() and config.getoption(f"acc_{name}", default=None) in (None, ""):
-        if not (marker and marker.get(name)) and config.inipath is not None:
-            path = config.inipath.parent / path
+    from_ini = config.getoption(f"acc_{name}", default=None) in (None, "") and not (
+        marker and marker.get(name))
+    if not path.is_absolute() and from_ini and config.inipath is not None:
+        path = config.inipath.parent / path
     return path
 
 

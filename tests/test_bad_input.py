@@ -90,7 +90,8 @@ def test_pickle_payload_in_pt_is_refused_and_not_executed(pytester: pytest.Pytes
 
 def test_missing_dump_directory(pytester: pytest.Pytester, tmp_path: Path) -> None:
     result = run(pytester, tmp_path / "nope", dump("pt_fp32", "L1_tensor"))
-    result.stdout.fnmatch_lines([f"unreadable input: {tmp_path / 'nope'}: no such file or directory"])
+    missing = tmp_path / "nope"
+    result.stdout.fnmatch_lines([f"unreadable input: {missing}: no such file or directory"])
 
 
 def test_unknown_marker_key_fails_at_collection(pytester: pytest.Pytester) -> None:

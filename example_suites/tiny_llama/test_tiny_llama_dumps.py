@@ -25,7 +25,7 @@ def test_bf16_autocast_stays_within_bf16_noise(acc_compare) -> None:  # type: ig
 def test_known_eps_bug_is_localised_to_layer1_attention_norm(acc_compare) -> None:  # type: ignore[no-untyped-def]
     first = acc_compare.first_divergence
     assert first is not None and first.npu_name == "Module.layers.1.n1.RMSNorm.forward.0"
-    with pytest.raises(AssertionError, match="First divergence: Module.layers.1.n1.RMSNorm"):
+    with pytest.raises(AssertionError, match=r"First divergence: Module\.layers\.1\.n1\.RMSNorm"):
         acc_compare.assert_close()
 
 

@@ -9,6 +9,8 @@ from typing import Any
 from pytest_accuracy.dumps.model import (
     Arg,
     Call,
+    CallKind,
+    Direction,
     Dump,
     DumpMode,
     Role,
@@ -27,7 +29,7 @@ _TENSOR_TYPES = {
     "mindspore.common.parameter.Parameter",
     "mindspore.Parameter",
 }
-_DIRECTIONS = ("forward", "backward")
+_DIRECTIONS: dict[str, Direction] = {"forward": "forward", "backward": "backward"}
 
 
 def read_json(path: Path) -> Any:
@@ -122,16 +124,16 @@ class _Context:
         self.data_root = data_root
 
 
-def parse_node_name(name: str) -> tuple[str, str, str, str, int]:
+def parse_node_name(name: str) -> tuple[CallKind, Direction, str, str, int]:
     """Split a node name into (kind, direction, prefix, api or class name, call index)."""
     parts = name.split(".")
     prefix = parts[0]
     if len(parts) >= 3 and parts[-2] == "parameters_grad" and parts[-1].isdigit():
         return "params_grad", "params_grad", prefix, parts[-3], int(parts[-1])
     if len(parts) >= 4 and parts[-2] in _DIRECTIONS and parts[-1].isdigit():
-        return "module", parts[-2], prefix, parts[-3], int(parts[-1])
+        return "module", _DIRECTIONS[parts[-2]], prefix, parts[-3], int(parts[-1])
     if len(parts) >= 4 and parts[-1] in _DIRECTIONS and parts[-2].isdigit():
-        return "api", parts[-1], prefix, ".".join(parts[1:-2]), int(parts[-2])
+        return "api", _DIRECTIONS[parts[-1]], prefix, ".".join(parts[1:-2]), int(parts[-2])
     return "api", "forward", prefix, ".".join(parts[1:]), 0
 
 
@@ -147,7 +149,7 @@ def _parse_call(name: str, record: dict[str, Any], order: int, ctx: _Context) ->
         name=name,
         kind=kind,
         direction=direction,
-        order=order,  # type: ignore[arg-type]
+        order=order,
         prefix=prefix,
         op=op,
         index=index,

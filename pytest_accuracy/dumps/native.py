@@ -1,4 +1,4 @@
-"""Reader for MindSpore's native Dump: rank_N/<net>/<graph>/<iteration>/ npy files, statistic.csv."""
+"""Reader for MindSpore's native Dump: rank_N/<net>/<graph>/<iteration>/*.npy, statistic.csv."""
 
 from __future__ import annotations
 
@@ -9,7 +9,15 @@ from pathlib import Path
 
 import numpy as np
 
-from pytest_accuracy.dumps.model import Call, Dump, DumpSet, Stats, TensorRecord, canonical_dtype
+from pytest_accuracy.dumps.model import (
+    Call,
+    Dump,
+    DumpMode,
+    DumpSet,
+    Stats,
+    TensorRecord,
+    canonical_dtype,
+)
 from pytest_accuracy.errors import AccuracyInputError
 
 # {op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}.{input|output}.{slot}.{format}.{dtype}.npy
@@ -60,7 +68,7 @@ def _is_net(path: Path) -> bool:
     return path.name not in ("execution_order", "graphs", ".dump_metadata")
 
 
-def _mode(it_dir: Path) -> str:
+def _mode(it_dir: Path) -> DumpMode:
     return "statistics" if (it_dir / "statistic.csv").exists() and not any(
         it_dir.glob("*.npy")) else "tensor"
 

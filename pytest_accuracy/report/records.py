@@ -73,7 +73,8 @@ def tensor_row(result: NodeResult, t: TensorComparison) -> dict[str, Any]:
         "NPU Name": f"{result.npu.name}.{t.path}",
         "Bench Name": f"{result.bench.name}.{t.path}" if result.bench and bench else None,
         "NPU Dtype": npu.raw_dtype, "Bench Dtype": bench.raw_dtype if bench else None,
-        "NPU Tensor Shape": list(npu.shape), "Bench Tensor Shape": list(bench.shape) if bench else None,
+        "NPU Tensor Shape": list(npu.shape),
+        "Bench Tensor Shape": list(bench.shape) if bench else None,
         "Effective Dtype": t.dtype,
     }
     m = t.metrics
@@ -86,7 +87,8 @@ def tensor_row(result: NodeResult, t: TensorComparison) -> dict[str, Any]:
     for side, rec in (("NPU", npu), ("Bench", bench)):
         stats = rec.stats if rec else None
         row.update({
-            f"{side} max": stats.max if stats else None, f"{side} min": stats.min if stats else None,
+            f"{side} max": stats.max if stats else None,
+            f"{side} min": stats.min if stats else None,
             f"{side} mean": stats.mean if stats else None,
             f"{side} l2norm": stats.norm if stats else None,
         })

@@ -37,7 +37,9 @@ class AccuracyItem(pytest.Item):
 class AccuracyGroup(pytest.Collector):
     """Base for the groups (compare, loss, precheck, config): input errors are collection errors."""
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:
+    def repr_failure(
+        self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
+    ) -> Any:
         if isinstance(excinfo.value, (AccuracyInputError, ImportError)):
             return f"unreadable input: {excinfo.value}"
         return super().repr_failure(excinfo)

@@ -23,6 +23,6 @@ def add_loss_options(group: pytest.OptionGroup, parser: pytest.Parser) -> None:
         parser.addini(dest, help_text, default=None)
     group.addoption("--acc-relax-to-bench-noise", dest="acc_relax_to_bench_noise",
                     action="store_true", default=None,
-                    help="loss: widen each threshold to the bench runs' own spread (>= 2 bench logs)")
+                    help="loss: widen each threshold to the bench runs' spread (>= 2 bench logs)")
     parser.addini("acc_relax_to_bench_noise", "loss: widen thresholds to bench noise",
                   default=None)

@@ -18,7 +18,7 @@ def choose_pairing(config: pytest.Config, npu_fw: str, bench_fw: str) -> Pairing
         except ImportError:  # pragma: no cover - the naming module ships with the package
             return None
         return mapping_pairing(mapping)
-    if align == "auto" and npu_fw != bench_fw or align == "always":
+    if (align == "auto" and npu_fw != bench_fw) or align == "always":
         try:
             from pytest_accuracy.align import auto_pairing
         except ImportError:  # pragma: no cover
