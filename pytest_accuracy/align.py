@@ -1,0 +1,337 @@
+"""Automatic NPU<->bench node pairing without a mapping file: module tree, then sequence DP.
+
+How it works (``auto_pairing``):
+
+1. Forward module/cell calls (L0, mix) are aligned as sequences (execution order is a post-order
+   walk of the module tree) scoring class name, direct-parameter shapes, input/output shapes,
+   depth in construct.json, layer indices in the path and output statistics. Renamed attributes
+   (``attention_norm`` vs ``n1``) and renamed classes (``LLamaDecodeLayer`` vs ``Block``) pair on
+   structure. Backward and parameters_grad nodes follow the module instance.
+2. Forward API calls are aligned the same way, scoring the op (MS names mapped to PT names with
+   the built-in API map, then dunder/in-place aliases, then known alternatives such as
+   ``ops.gather`` for ``F.embedding``), shapes, dtypes, statistics and (mix) whether the
+   enclosing modules are paired. MindSpore calls PyTorch's msprobe never dumps (risk-level
+   filtered reshape/transpose/split/full/triu/float) cost almost nothing to leave out.
+3. API backward nodes pair through their forward (``X.n.backward`` <-> the bench backward of
+   ``X.n.forward``'s partner); whatever is left is aligned by a second DP.
+
+Each pair carries its evidence and a confidence in [0, 1] (score / best score the available
+evidence allows); pairs below ``min_confidence`` are not used (kept in ``rejected``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from pytest_accuracy.align_dp import (
+    API_TERMS,
+    MODULE_TERMS,
+    Seq,
+    Vocab,
+    block_scores,
+    explain,
+    needleman_wunsch,
+)
+from pytest_accuracy.dumps.model import Call, Dump, TensorRecord, is_float_dtype
+from pytest_accuracy.naming import (
+    ApiMap,
+    Pairing,
+    api_name,
+    canonical_api,
+    fixed_pairing,
+    load_api_map,
+    module_scope,
+    write_mapping_yaml,
+)
+
+DEFAULT_MIN_CONFIDENCE = 0.5
+_CHEAP_GAP = 0.1  # leaving out a call the other framework's dumper never records
+_GAP = 1.0
+
+
+@dataclass
+class AlignmentResult:
+    """NPU node -> bench node pairs with their confidence and evidence."""
+
+    pairs: dict[str, str] = field(default_factory=dict)
+    confidence: dict[str, float] = field(default_factory=dict)
+    evidence: dict[str, str] = field(default_factory=dict)
+    rejected: dict[str, tuple[str, float, str]] = field(default_factory=dict)
+    unmatched: list[str] = field(default_factory=list)  # NPU nodes with no accepted pair
+
+    def as_pairing(self) -> Pairing:
+        """These pairs as a Pairing; names repeat every step, so it serves every step."""
+        return fixed_pairing(self.pairs)
+
+    def write_yaml(self, path: str | Path, source: str = "") -> Path:
+        """Our editable mapping file (``naming.write_mapping_yaml``); unmatched nodes as null."""
+        return write_mapping_yaml(
+            self.pairs,
+            self.evidence,
+            path,
+            confidence=self.confidence,
+            unmatched=self.unmatched,
+            source=source,
+        )
+
+
+def auto_pairing(
+    npu: Dump,
+    bench: Dump,
+    *,
+    api_map: ApiMap | None = None,
+    min_confidence: float = DEFAULT_MIN_CONFIDENCE,
+) -> AlignmentResult:
+    """Pair the nodes of two dumps of the same model from different frameworks or runs."""
+    return _Aligner(npu, bench, api_map or load_api_map(), min_confidence).run()
+
+
+def auto_align(
+    *, api_map: ApiMap | None = None, min_confidence: float = DEFAULT_MIN_CONFIDENCE
+) -> Pairing:
+    """A Pairing that aligns every (step, rank) dump pair on its own (for ``Comparison``)."""
+    cache: dict[tuple[int, int], dict[str, str]] = {}
+
+    def pairing(npu: Dump, bench: Dump) -> dict[str, str]:
+        key = (id(npu), id(bench))
+        if key not in cache:
+            result = auto_pairing(npu, bench, api_map=api_map, min_confidence=min_confidence)
+            cache[key] = result.pairs
+        return cache[key]
+
+    return pairing
+
+
+class _Aligner:
+    """One alignment run; holds the shared vocabulary and the growing result."""
+
+    def __init__(self, npu: Dump, bench: Dump, amap: ApiMap, min_confidence: float) -> None:
+        self.npu, self.bench, self.amap = npu, bench, amap
+        self.min_confidence = min_confidence
+        self.vocab = Vocab()
+        self.result = AlignmentResult()
+        self.used: set[str] = set()
+
+    def run(self) -> AlignmentResult:
+        mods_a = _calls(self.npu, "module", "forward")
+        mods_b = _calls(self.bench, "module", "forward")
+        self._align(mods_a, mods_b, module=True)
+        self._follow_instances()
+        apis_a = _calls(self.npu, "api", "forward")
+        apis_b = _calls(self.bench, "api", "forward")
+        self._align(apis_a, apis_b, module=False)
+        self._follow_forward()
+        for kind, module in (("api", False), ("module", True), ("params_grad", True)):
+            direction = "params_grad" if kind == "params_grad" else "backward"
+            rest_a = [c for c in _calls(self.npu, kind, direction) if not self._done(c)]
+            rest_b = [c for c in _calls(self.bench, kind, direction) if c.name not in self.used]
+            self._align(rest_a, rest_b, module=module)
+        return self._finish()
+
+    # ----------------------------------------------------------------- bookkeeping
+
+    def _done(self, call: Call) -> bool:
+        return call.name in self.result.pairs or call.name in self.result.rejected
+
+    def _add(self, npu: str, bench: str, conf: float, evidence: str) -> None:
+        if bench in self.used or npu in self.result.pairs:
+            return
+        if conf < self.min_confidence:
+            self.result.rejected[npu] = (bench, conf, evidence)
+            return
+        self.result.pairs[npu] = bench
+        self.result.confidence[npu] = round(conf, 4)
+        self.result.evidence[npu] = evidence
+        self.used.add(bench)
+
+    def _finish(self) -> AlignmentResult:
+        res = self.result
+        order = {c.name: c.order for c in self.npu.calls}
+        res.pairs = dict(sorted(res.pairs.items(), key=lambda kv: order[kv[0]]))
+        res.unmatched = [c.name for c in self.npu.calls if c.name not in res.pairs]
+        return res
+
+    # ----------------------------------------------------------------- sequence alignment
+
+    def _align(self, a: list[Call], b: list[Call], *, module: bool) -> None:
+        if not a or not b:
+            return
+        sa, sb = self._features(a, npu=True), self._features(b, npu=False)
+        terms = MODULE_TERMS if module else API_TERMS
+        if not module:
+            # An API whose op has no possible partner on the other side can only pair at a
+            # confidence below 0.4: leave it out of the DP (shorter, better-centred band).
+            keep_a, keep_b = _op_overlap(sa, sb)
+            sa, sb = sa.take(keep_a), sb.take(keep_b)
+            a, b = [a[k] for k in keep_a], [b[k] for k in keep_b]
+            if not a or not b:
+                return
+
+        def score(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+            return block_scores(sa, sb, rows, cols, terms, op=not module)
+
+        gap_a = np.array([self._gap(c, npu=True) for c in a])
+        gap_b = np.array([self._gap(c, npu=False) for c in b])
+        for i, j in needleman_wunsch(len(a), len(b), score, gap_a, gap_b):
+            conf, evidence = explain(sa, sb, i, j, terms, op=not module)
+            self._add(a[i].name, b[j].name, conf, evidence)
+
+    def _gap(self, call: Call, *, npu: bool) -> float:
+        """Leaving out a call PyTorch's dumper filters (risk level) is nearly free."""
+        this, other = (self.npu, self.bench) if npu else (self.bench, self.npu)
+        if call.kind != "api" or this.framework == "pytorch" or other.framework != "pytorch":
+            return _GAP
+        pt = self.amap.to_pt(api_name(call)) if this.framework == "mindspore" else api_name(call)
+        return _CHEAP_GAP if self.amap.is_low_risk(pt) else _GAP
+
+    def _features(self, calls: Sequence[Call], *, npu: bool) -> Seq:
+        v = self.vocab
+        cols: dict[str, list[int]] = {k: [] for k in _COLUMNS}
+        parent_pairs = self.result.pairs
+        depth = _depths(self.npu if npu else self.bench)
+        for c in calls:
+            outs, ins = c.output_tensors, c.input_tensors
+            cols["out"].append(v(_sig(outs, squeeze=False)))
+            cols["out_sq"].append(v(_sig(outs, squeeze=True)))
+            cols["inp"].append(v(_sig(sorted(ins, key=_rec_key), squeeze=False)))
+            if c.kind == "api":
+                self._api_columns(c, cols, npu=npu)
+                parent = parent_pairs.get(c.parent or "") if npu else c.parent
+                cols["parent"].append(v(parent) if parent else -1)
+            else:
+                scope = module_scope(c)
+                cols["cls"].append(v("cls:" + c.op))
+                params = sorted(str(p.shape) for p in c.parameters)
+                if c.kind == "params_grad":
+                    params = sorted(str(r.shape) for r in outs)
+                cols["params"].append(v("p:" + ";".join(params)))
+                cols["depth"].append(depth.get(c.name, -1))
+                nums = [s for s in scope.split(".") if s.isdigit()]
+                cols["nums"].append(v("n:" + ".".join(nums)))
+        width = max(len(x) for x in cols.values())
+        arrays = {k: np.array(x if x else [-1] * width, dtype=np.int64) for k, x in cols.items()}
+        labels = [api_name(c) if c.kind == "api" else c.op for c in calls]
+        stats = np.array([_stats(c) for c in calls], dtype=np.float64)
+        return Seq([c.name for c in calls], labels, arrays, stats, v)
+
+    def _api_columns(self, call: Call, cols: dict[str, list[int]], *, npu: bool) -> None:
+        v, amap = self.vocab, self.amap
+        name = api_name(call)
+        full = canonical_api(call, self.npu.framework, self.bench.framework, amap) if npu else name
+        cols["full"].append(v(full))
+        cols["base"].append(v("base:" + amap.base_op(full)))
+        alts = list(amap.alternatives.get(name, ())) if npu else []
+        cols["alt0"].append(v(alts[0]) if alts else -1)
+        cols["alt1"].append(v(alts[1]) if len(alts) > 1 else -1)
+
+    # ----------------------------------------------------------------- derived pairs
+
+    def _follow_instances(self) -> None:
+        """Module backward and parameters_grad nodes follow their module instance's forward."""
+        inst: dict[str, tuple[str, str]] = {}
+        for name, other in self.result.pairs.items():
+            inst.setdefault(name.rsplit(".", 2)[0], (other.rsplit(".", 2)[0], name))
+        for c in self.npu.calls:
+            if c.kind not in ("module", "params_grad") or self._done(c):
+                continue
+            base = c.name.rsplit(".", 2)[0]
+            if base not in inst:
+                continue
+            target_base, fwd = inst[base]
+            target = target_base + c.name[len(base) :]
+            if self.bench.get(target) is not None:
+                conf = self.result.confidence[fwd]
+                self._add(c.name, target, conf, f"same module instance as {fwd}")
+
+    def _follow_forward(self) -> None:
+        """``X.n.backward`` pairs with the backward of the bench partner of ``X.n.forward``."""
+        for c in _calls(self.npu, "api", "backward"):
+            fwd = c.name.removesuffix("backward") + "forward"
+            partner = self.result.pairs.get(fwd)
+            if partner is None or self._done(c):
+                continue
+            target = partner.removesuffix("forward") + "backward"
+            theirs = self.bench.get(target)
+            if theirs is None:
+                continue
+            conf = self.result.confidence[fwd]
+            notes = [f"backward of the pair {fwd} -> {partner}"]
+            if _sig(c.input_tensors, squeeze=True) != _sig(theirs.input_tensors, squeeze=True):
+                conf *= 0.8
+                notes.append("incoming grad shapes differ")
+            if self.bench.framework == "pytorch" and self.amap.is_composite_backward(
+                api_name(theirs)
+            ):
+                notes.append("bench is a PyTorch composite API: its backward outputs are the")
+                notes.append("grads of an internal node, not of the API inputs")
+            self._add(c.name, target, conf, " ".join(notes))
+
+
+_API_COLUMNS = ("out", "out_sq", "inp", "full", "base", "alt0", "alt1", "parent")
+_COLUMNS = (*_API_COLUMNS, "cls", "params", "depth", "nums")
+
+
+def _op_overlap(sa: Seq, sb: Seq) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the calls whose op (exact, base or alternative) occurs on the other side."""
+    theirs = np.concatenate([sb.cols["full"], sb.cols["base"]])
+    mine = np.concatenate([sa.cols[k] for k in ("full", "base", "alt0", "alt1")])
+    keep_a = np.flatnonzero(
+        np.isin(sa.cols["full"], theirs)
+        | np.isin(sa.cols["base"], theirs)
+        | np.isin(sa.cols["alt0"], sb.cols["full"])
+        | np.isin(sa.cols["alt1"], sb.cols["full"])
+    )
+    keep_b = np.flatnonzero(np.isin(sb.cols["full"], mine) | np.isin(sb.cols["base"], mine))
+    return keep_a, keep_b
+
+
+def _calls(dump: Dump, kind: str, direction: str) -> list[Call]:
+    return [c for c in dump.calls if c.kind == kind and c.direction == direction]
+
+
+def _depths(dump: Dump) -> dict[str, int]:
+    """Depth of each node in the construct.json parent tree (0 = top level)."""
+    parents = {c.name: c.parent for c in dump.calls}
+    out: dict[str, int] = {}
+    for name in parents:
+        depth, cur, seen = 0, parents.get(name), {name}
+        while cur is not None and cur not in seen:
+            seen.add(cur)
+            depth += 1
+            cur = parents.get(cur)
+        out[name] = depth
+    return out
+
+
+def _dclass(dtype: str) -> str:
+    if is_float_dtype(dtype):
+        return "f"
+    if dtype == "bool":
+        return "b"
+    return "c" if dtype.startswith("complex") else "i"
+
+
+def _rec_key(rec: TensorRecord) -> str:
+    return f"{rec.shape}{_dclass(rec.dtype)}"
+
+
+def _sig(records: Sequence[TensorRecord], *, squeeze: bool) -> str:
+    parts = []
+    for r in records:
+        shape = tuple(d for d in r.shape if d != 1) if squeeze else r.shape
+        parts.append(f"{shape}{_dclass(r.dtype)}")
+    return "|".join(parts)
+
+
+def _stats(call: Call) -> list[float]:
+    """(Norm, Max, Min, Mean) of the first floating output (any output if none is float)."""
+    recs = call.output_tensors
+    rec = next((r for r in recs if is_float_dtype(r.dtype)), recs[0] if recs else None)
+    if rec is None:
+        return [np.nan] * 4
+    s = rec.stats
+    return [np.nan if x is None else float(x) for x in (s.norm, s.max, s.min, s.mean)]
