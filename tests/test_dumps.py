@@ -128,5 +128,5 @@ def test_invalid_records_name_the_file_and_node(tmp_path: Path) -> None:
         load_dumps(bad)
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(AccuracyInputError, match="no dump.json found"):
+    with pytest.raises(AccuracyInputError, match=r"no dump\.json found"):
         load_dumps(empty)
