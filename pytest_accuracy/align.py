@@ -263,12 +263,38 @@ class _Aligner:
             if _sig(c.input_tensors, squeeze=True) != _sig(theirs.input_tensors, squeeze=True):
                 conf *= 0.8
                 notes.append("incoming grad shapes differ")
-            if self.bench.framework == "pytorch" and self.amap.is_composite_backward(
-                api_name(theirs)
-            ):
-                notes.append("bench is a PyTorch composite API: its backward outputs are the")
-                notes.append("grads of an internal node, not of the API inputs")
+            why = incomparable_backward(self.npu, self.bench, c, theirs, self.amap)
+            if why:
+                notes.append(f"(outputs not comparable: {why})")
             self._add(c.name, target, conf, " ".join(notes))
+
+
+def incomparable_backward(
+    npu: Dump, bench: Dump, npu_call: Call, bench_call: Call, api_map: ApiMap | None = None
+) -> str | None:
+    """Why the outputs of a cross-framework API backward pair cannot be compared, else None.
+
+    PyTorch's msprobe hooks ``output.grad_fn`` of an API, so for composite APIs (linear on 3-D
+    input, 4-D matmul, cross_entropy) the backward record holds the gradients of the *last
+    internal autograd node*, not w.r.t. the API inputs; MindSpore records the true input
+    gradients. The incoming gradients (the record's inputs) stay comparable. Detected from
+    the built-in list and from output shapes that are no forward input's shape.
+    """
+    if npu.framework == bench.framework or "backward" not in (npu_call.direction,):
+        return None
+    side = [(d, c) for d, c in ((bench, bench_call), (npu, npu_call)) if d.framework == "pytorch"]
+    if not side or side[0][1].kind != "api":
+        return None
+    dump, call = side[0]
+    api = api_name(call)
+    if (api_map or load_api_map()).is_composite_backward(api):
+        return f"PyTorch records {api} backward on an internal autograd node (composite API)"
+    fwd = dump.get(call.name.removesuffix("backward") + "forward")
+    shapes = {r.shape for r in fwd.input_tensors} if fwd is not None else set()
+    odd = [r.shape for r in call.output_tensors if fwd is not None and r.shape not in shapes]
+    if odd:
+        return f"PyTorch {api} backward output shape {odd[0]} is no input's shape"
+    return None
 
 
 _API_COLUMNS = ("out", "out_sq", "inp", "full", "base", "alt0", "alt1", "parent")
