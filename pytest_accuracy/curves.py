@@ -408,6 +408,8 @@ def check_divergence(
     npu: LogTable, benches: Sequence[LogTable], criteria: LossCriteria = DEFAULT
 ) -> CheckResult:
     """Fails when ``find_divergence_step`` finds a step where the curves part for good."""
+    if not len(pair(npu, benches[0], criteria.loss_column, criteria).steps):
+        return _skip("divergence", "no paired step that neither run skipped")
     step = find_divergence_step(npu, benches, criteria)
     measured: dict[str, float | int | None] = {"divergence_step": step}
     if step is None:

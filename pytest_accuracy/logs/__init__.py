@@ -37,7 +37,7 @@ def read_log(
     if not path.exists():
         raise AccuracyInputError(path, "file not found")
     name = _format_name(path, fmt)
-    if name == "tensorboard" or (name is None and path.is_dir()):
+    if name == "tensorboard" or (name is None and sniff(path, b"") == "tensorboard"):
         return tensorboard.parse(path)
     if path.is_dir():
         raise AccuracyInputError(path, f"is a directory, not a {name} log")
