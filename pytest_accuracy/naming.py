@@ -302,19 +302,39 @@ def api_mapping_pairing(api_map: ApiMap | str | Path | None = None) -> Pairing:
 
 
 def combine_pairings(*pairings: Pairing) -> Pairing:
-    """Several pairings as one (first wins; a bench node is used once), e.g. cell + API maps."""
+    """Several pairings as one, e.g. cell + API maps (msprobe applies only one of them).
+
+    The first pairing to pair a node wins and a bench node is used once. An API backward pair
+    is taken only from the pairing whose forward pair won, so backward follows forward.
+    """
 
     def pairing(npu: Dump, bench: Dump) -> dict[str, str]:
+        results = [dict(p(npu, bench)) for p in pairings]
+        backward = {c.name: f for c in npu.calls if (f := _forward_name(c)) is not None}
         out: dict[str, str] = {}
-        used: set[str] = set()
-        for p in pairings:
-            for name, other in p(npu, bench).items():
-                if name not in out and other not in used:
-                    out[name] = other
-                    used.add(other)
-        return complete_backward(npu, bench, out)
+        for pairs in results:
+            _take(out, ((n, o) for n, o in pairs.items() if n not in backward))
+        out = complete_backward(npu, bench, out)
+        for pairs in results:
+            # A pairing whose forward pair lost would pair the backward inconsistently.
+            agree = (
+                (n, o)
+                for n, o in pairs.items()
+                if n in backward
+                and (backward[n] not in pairs or out.get(backward[n]) == pairs[backward[n]])
+            )
+            _take(out, agree)
+        return out
 
     return pairing
+
+
+def _take(out: dict[str, str], pairs: Iterable[tuple[str, str]]) -> None:
+    used = set(out.values())
+    for name, other in pairs:
+        if name not in out and other not in used:
+            out[name] = other
+            used.add(other)
 
 
 # --------------------------------------------------------------------------- our mapping yaml
