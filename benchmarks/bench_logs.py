@@ -89,7 +89,7 @@ def naive(path: Path, family: str) -> pd.DataFrame:
             m = step_re.search(line)
             if not m:
                 continue
-            row = {"step": int(m.group(1))}
+            row: dict[str, float] = {"step": int(m.group(1))}
             for name, pattern in fields.items():
                 found = pattern.search(line)
                 row[name] = float(found.group(1)) if found else float("nan")
