@@ -129,7 +129,8 @@ class TorchExecutor(Executor):
     """Re-runs the API with torch on ``device`` in the dumped dtype."""
 
     def __init__(self, device: str, note: str = "") -> None:
-        self.torch: Any = require("torch", "torch")
+        torch: Any = require("torch", "torch")
+        self.torch = torch
         from pytest_accuracy.precheck import torch_run
 
         self._run = torch_run
@@ -141,8 +142,7 @@ class TorchExecutor(Executor):
                     "torch_npu is not installed: device='npu' needs Ascend's torch_npu"
                 ) from exc
         self.device = device
-        version = getattr(self.torch, "__version__", "?")
-        self.description = f"{device} (torch {version}, dumped dtype{note})"
+        self.description = f"{device} (torch {torch.__version__}, dumped dtype{note})"
 
     def forward(self, job: DeviceJob) -> list[np.ndarray | None]:
         return _round(self._run.forward(self.torch, self.device, job), job.outputs)
@@ -156,8 +156,7 @@ class MindSporeExecutor(Executor):
 
     def __init__(self, device: str, note: str = "") -> None:
         ms: Any = require("mindspore", "mindspore")
-        version = getattr(ms, "__version__", "?")
-        self.description = f"{device} (mindspore {version}, dumped dtype{note})"
+        self.description = f"{device} (mindspore {ms.__version__}, dumped dtype{note})"
 
     def forward(self, job: DeviceJob) -> list[np.ndarray | None]:
         raise Unsupported("re-running MindSpore APIs is not implemented yet; use device='dump'")

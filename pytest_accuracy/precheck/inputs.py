@@ -102,6 +102,8 @@ def generate(record: TensorRecord, rng: np.random.Generator) -> np.ndarray:
         flat = np.asarray(rng.random(count) < 0.5) if high != low else np.full(count, bool(high))
     elif dtype.kind in "iu":
         flat = rng.integers(int(low), int(high) + 1, size=count).astype(np.float64)
+    elif math.isnan(low) or math.isnan(high):
+        return np.full(record.shape, np.nan).astype(dtype)
     else:
         flat = _uniform(low, high, count, dtype, rng)
     flat[0], flat[-1] = low, high
@@ -111,8 +113,6 @@ def generate(record: TensorRecord, rng: np.random.Generator) -> np.ndarray:
 def _uniform(
     low: float, high: float, count: int, dtype: np.dtype[Any], rng: np.random.Generator
 ) -> np.ndarray:
-    if math.isnan(low) or math.isnan(high):
-        return np.full(count, np.nan)
     limit = float(ml_dtypes.finfo(dtype).max) if dtype.kind != "f" else float(np.finfo(dtype).max)
     lo = min(max(low, -limit), limit)
     hi = min(max(high, -limit), limit)

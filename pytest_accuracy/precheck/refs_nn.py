@@ -267,7 +267,14 @@ def cross_entropy_bw(b: Bound, grads: Seeds) -> Grads:
     reduction = b.get("reduction", "mean")
     upstream = g[..., None] if reduction == "none" else (g / divisor if reduction == "mean" else g)
     dz = coeff.sum(axis=-1, keepdims=True) * np.exp(logp) - coeff
-    return {"input": np.moveaxis(dz * upstream, -1, cdim)}
+    out = {"input": np.moveaxis(dz * upstream, -1, cdim)}
+    target = b.tensor("target")
+    if target.dtype.kind == "f":  # probability targets are differentiable too
+        w = b.opt_tensor("weight")
+        scale = 1.0 - b.number("label_smoothing", 0.0)
+        dt = -scale * (w if w is not None else 1.0) * logp * upstream
+        out["target"] = np.moveaxis(dt, -1, cdim)
+    return out
 
 
 # ---- fused activations --------------------------------------------------------------

@@ -30,6 +30,7 @@ class RefOp:
     forward: Forward
     backward: Backward | None = None
     compared_outputs: int | None = None  # fused kernels return internals after these
+    no_grad: frozenset[str] = frozenset()  # float arguments autograd does not differentiate
 
 
 _UNARY_OPS: tuple[str, ...] = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "square", "sin")
@@ -65,7 +66,7 @@ REFERENCES: dict[str, RefOp] = {
     "mean": RefOp(m.mean, m.mean_bw),
     "max": RefOp(m.extremum("max"), m.extremum_bw("max")),
     "min": RefOp(m.extremum("min"), m.extremum_bw("min")),
-    "cross_entropy": RefOp(nn.cross_entropy, nn.cross_entropy_bw),
+    "cross_entropy": RefOp(nn.cross_entropy, nn.cross_entropy_bw, no_grad=frozenset({"weight"})),
     "layer_norm": RefOp(nn.layer_norm, nn.layer_norm_bw),
     "rms_norm": RefOp(nn.rms_norm, nn.rms_norm_bw),
     "embedding": RefOp(nn.embedding, nn.embedding_bw),

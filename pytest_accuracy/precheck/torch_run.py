@@ -101,7 +101,7 @@ def backward(
     leaves = {
         k: v
         for k, v in bound.values.items()
-        if isinstance(v, torch.Tensor) and v.is_floating_point()
+        if isinstance(v, torch.Tensor) and v.is_floating_point() and k not in job.spec.ref.no_grad
     }
     for tensor in leaves.values():
         tensor.requires_grad_(True)
