@@ -338,3 +338,27 @@ def test_forced_format_without_steps_and_bad_names(tmp_path: Path) -> None:
         read_log(tmp_path / "missing.log")
     with pytest.raises(AccuracyInputError, match="not valid JSON"):
         read_log(write(tmp_path, "bad.json", '{"lm loss": {"values": '), fmt="golden")
+
+
+def test_tabular_garbage_rows_and_cut_jsonl(tmp_path: Path) -> None:
+    csv = "step,loss\n1,2.5\ngarbage line here,,,,\n2,2.4\nxx,1\n3,2.3\n"
+    t = read_log(write(tmp_path, "t.csv", csv))
+    assert list(t.steps) == [1, 2, 3] and list(t.frame["loss"]) == [2.5, 2.4, 2.3]
+    assert "1 malformed row(s) ignored" in t.notes
+    assert "1 row(s) without a numeric step ignored" in t.notes
+    jsonl = '{"step":1,"loss":2.5}\nnot json\n{"step":2,"loss":2.4}\n{"step":3,"lo'
+    t = read_log(write(tmp_path, "t.jsonl", jsonl))
+    assert list(t.steps) == [1, 2] and "2 unreadable line(s) ignored" in t.notes
+
+
+def test_megatron_other_lines_are_not_steps(tmp_path: Path) -> None:
+    lines = [
+        " iteration       10/     100 | lm loss: 3.000000E+00 | grad norm: 1.000 |",
+        " validation loss at iteration 10 on validation set | lm loss value: 3.1E+00 |",
+        "saving checkpoint at iteration      10 to /ckpt in torch_dist format",
+        "[Rank 0] (after 10 iterations) memory (MB) | allocated: 1.0 | max allocated: 2.0",
+        " iteration       20/     100 | lm loss: 2.000000E+00 | grad norm: 0.500 |",
+    ]
+    t = read_log(write(tmp_path, "train.log", "\n".join(lines) + "\n"))
+    assert list(t.steps) == [10, 20] and list(t.frame["loss"]) == [3.0, 2.0]
+    assert "3 line(s) without a step record ignored" in t.notes

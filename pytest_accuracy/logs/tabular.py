@@ -34,14 +34,18 @@ ALIASES: dict[str, tuple[str, ...]] = {
 
 def parse(data: bytes, path: Path) -> LogTable:
     """Read a CSV/TSV (by header) or JSON-lines table; extra numeric ``*loss`` columns are kept."""
-    frame = _read_frame(data, path)
+    notes: list[str] = []
+    frame = _read_frame(data, path, notes)
     rename = _match_columns(list(frame.columns))
     if "step" not in rename.values():
         raise AccuracyInputError(
             path, f"no step column (accepted names: {', '.join(ALIASES['step'])})"
         )
     frame = frame.rename(columns=rename)
-    frame = frame[pd.to_numeric(frame["step"], errors="coerce").notna()]
+    numeric = pd.to_numeric(frame["step"], errors="coerce")
+    if (dropped := int(numeric.isna().sum())) > 0:
+        notes.append(f"{dropped} row(s) without a numeric step ignored")
+    frame = frame[numeric.notna()]
     if frame.empty:
         raise no_steps(path, FORMAT)
     cols: dict[str, np.ndarray] = {}
@@ -53,21 +57,34 @@ def parse(data: bytes, path: Path) -> LogTable:
             cols[str(name)] = pd.to_numeric(frame[name], errors="coerce").to_numpy(np.float64)
     skipped = _flags(frame["skipped"]) if "skipped" in frame else None
     steps = frame["step"].astype(np.float64).astype(np.int64).to_numpy()
-    return finish(path, FORMAT, steps, cols, skipped)
+    return finish(path, FORMAT, steps, cols, skipped, notes)
 
 
-def _read_frame(data: bytes, path: Path) -> pd.DataFrame:
-    text = data.decode("utf-8", "replace").lstrip("\ufeff")
-    stripped = text.lstrip()
+def _read_frame(data: bytes, path: Path, notes: list[str]) -> pd.DataFrame:
+    """JSON lines (one object per line) or a delimited table; malformed rows are skipped."""
+    text = data.decode("utf-8", "replace").lstrip("\ufeff").lstrip()
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    if text.startswith("{"):
+        records = []
+        for line in lines:
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue  # garbage or a line cut by a crash
+        if len(records) < len(lines):
+            notes.append(f"{len(lines) - len(records)} unreadable line(s) ignored")
+        return pd.DataFrame.from_records([r for r in records if isinstance(r, dict)])
+    head = lines[0] if lines else ""
+    sep = "\t" if "\t" in head else ";" if head.count(";") > head.count(",") else ","
     try:
-        if stripped.startswith("{"):
-            records = [json.loads(line) for line in stripped.splitlines() if line.strip()]
-            return pd.DataFrame.from_records(records)
-        head = stripped.split("\n", 1)[0]
-        sep = "\t" if "\t" in head else ";" if head.count(";") > head.count(",") else ","
-        return pd.read_csv(io.StringIO(stripped), sep=sep, comment="#", skipinitialspace=True)
+        frame = pd.read_csv(
+            io.StringIO(text), sep=sep, comment="#", skipinitialspace=True, on_bad_lines="skip"
+        )
     except (ValueError, pd.errors.ParserError) as exc:
         raise AccuracyInputError(path, f"unreadable table: {exc}") from exc
+    if len(frame) < len(lines) - 1:
+        notes.append(f"{len(lines) - 1 - len(frame)} malformed row(s) ignored")
+    return frame
 
 
 def _norm(name: object) -> str:
