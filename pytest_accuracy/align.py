@@ -94,14 +94,15 @@ def auto_align(
     *, api_map: ApiMap | None = None, min_confidence: float = DEFAULT_MIN_CONFIDENCE
 ) -> Pairing:
     """A Pairing that aligns every (step, rank) dump pair on its own (for ``Comparison``)."""
-    cache: dict[tuple[int, int], dict[str, str]] = {}
+    # Keyed by identity; the dumps are kept in the value so their ids cannot be reused.
+    cache: dict[tuple[int, int], tuple[Dump, Dump, dict[str, str]]] = {}
 
     def pairing(npu: Dump, bench: Dump) -> dict[str, str]:
         key = (id(npu), id(bench))
         if key not in cache:
             result = auto_pairing(npu, bench, api_map=api_map, min_confidence=min_confidence)
-            cache[key] = result.pairs
-        return cache[key]
+            cache[key] = (npu, bench, result.pairs)
+        return cache[key][2]
 
     return pairing
 
