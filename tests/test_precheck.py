@@ -204,6 +204,14 @@ def test_pytorch_dump_rerun_on_cpu_with_torch() -> None:
     assert all(r.device.startswith("cpu (torch") for r in results)
 
 
+def test_mindspore_dump_rerun_with_torch_by_explicit_backend() -> None:
+    pytest.importorskip("torch")
+    cases = plan(load_dumps(TENSOR["mindspore"] / "step0"), device="torch:cpu")[:40]
+    results = [run_case(c) for c in cases]
+    assert results and all(r.status == "pass" for r in results)
+    assert all(r.device.startswith("cpu (torch") for r in results)
+
+
 def test_statistics_dump_uses_reproducible_generated_inputs() -> None:
     path = DUMPS / "ms_fp32" / "mix_statistics"
     first = _run(path, standard="dtype")

@@ -112,6 +112,11 @@ SAMPLES: dict[str, list[dict[str, Any]]] = {
     "full": [{"size": [2, 3], "fill_value": -1.5}],
     "gt": [{"input": _r(3, 4), "other": 0.1}],
     "cast": [{"input": _r(3)}],
+    "getitem": [
+        {"input": _r(2, 3, 4), "index": [slice(None), slice(1, 3, None), Ellipsis]},
+        {"input": _r(4, 3), "index": [np.array([0, 2, 2]), 1]},
+        {"input": _r(4, 3), "index": -1},
+    ],
 }
 
 CASES = [(op, i) for op, samples in SAMPLES.items() for i in range(len(samples))]

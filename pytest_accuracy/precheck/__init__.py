@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 from pytest_accuracy.precheck.report import precheck_json, write_precheck_csvs
-from pytest_accuracy.precheck.runner import (
-    OutputCheck,
-    PrecheckCase,
-    PrecheckResult,
-    plan,
-    run_case,
-)
+from pytest_accuracy.precheck.results import OutputCheck, PrecheckCase, PrecheckResult
+from pytest_accuracy.precheck.runner import plan, run_case
 
 __all__ = [
     "OutputCheck",

@@ -303,8 +303,12 @@ def _axes(b: Bound, ndim: int) -> tuple[int, ...]:
 
 def _reduce(b: Bound, fn: Callable[..., np.ndarray]) -> Arrays:
     x = b.tensor("input")
-    if isinstance(b.get("dtype"), DType) and x.dtype.kind != "f":
-        x = x.astype(np.float64)  # sum(int, dtype=float) promotes before reducing
+    dtype = b.get("dtype")
+    if isinstance(dtype, DType) and dtype.name in ("float64", "float32"):
+        # sum(x, dtype=...) casts before reducing; widen only, so the reference stays float64.
+        target = np.dtype(dtype.name)
+        if x.dtype.kind != "f" or target.itemsize > x.dtype.itemsize:
+            x = x.astype(target)
     return [np.asarray(fn(x, axis=_axes(b, x.ndim), keepdims=bool(b.get("keepdim", False))))]
 
 

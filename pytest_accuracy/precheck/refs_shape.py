@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -121,5 +122,18 @@ def cumsum_bw(b: Bound, grads: Seeds) -> Grads:
     return {"input": np.flip(np.cumsum(np.flip(seed(grads), dim), axis=dim), dim)}
 
 
-def identity_bw(b: Bound, grads: Seeds) -> Grads:
-    return {"input": seed(grads)}
+def _index(b: Bound) -> Any:
+    """The recorded index; msprobe writes a tuple as a list, so a list means a tuple here."""
+    index = b.values.get("index")
+    return tuple(index) if isinstance(index, list) else index
+
+
+def getitem(b: Bound) -> Arrays:
+    return [np.asarray(b.tensor("input")[_index(b)])]
+
+
+def getitem_bw(b: Bound, grads: Seeds) -> Grads:
+    x = b.tensor("input")
+    out = np.zeros(x.shape, dtype=seed(grads).dtype)
+    np.add.at(out, _index(b), seed(grads))
+    return {"input": out}

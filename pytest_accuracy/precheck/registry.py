@@ -80,6 +80,7 @@ REFERENCES: dict[str, RefOp] = {
     "split": RefOp(sh.split, sh.split_bw),
     "chunk": RefOp(sh.chunk, sh.chunk_bw),
     "cat": RefOp(sh.cat),
+    "getitem": RefOp(sh.getitem, sh.getitem_bw),
     "triu": RefOp(sh.triangle(True), sh.triangle_bw(True)),
     "tril": RefOp(sh.triangle(False), sh.triangle_bw(False)),
     "full": RefOp(sh.full),
@@ -183,6 +184,7 @@ def _shared(t: tuple[str, ...]) -> dict[str, ApiSpec]:
     table |= _names("unsqueeze", _sig("input", "dim"), _fw(*t, api="unsqueeze"))
     table |= _names("squeeze", _sig("input", "dim"), _fw(*t, api="squeeze"))
     table |= _names("flatten", _sig("input", "start_dim", "end_dim"), _fw(*t, api="flatten"))
+    table |= _names("getitem", _sig("input", "index"), ["Tensor.__getitem__"])
     return table
 
 

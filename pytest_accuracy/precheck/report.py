@@ -15,10 +15,8 @@ import math
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from pytest_accuracy.precheck.runner import OutputCheck, PrecheckResult
+from pytest_accuracy.precheck.results import OutputCheck, PrecheckResult
 
 RESULT_COLUMNS = {
     "pytorch": ["API name", "Forward Test Success", "Backward Test Success", "Message"],
@@ -114,8 +112,6 @@ def details_rows(
 
     ``prefix`` ("<step>/<rank>/") keeps names unique when several dumps share a file.
     """
-    from pytest_accuracy.precheck.runner import OutputCheck
-
     layout = layout or _layout(result.framework)
     checks = result.outputs or (
         OutputCheck(result.name, result.status, "", "", (), {}, result.reason),

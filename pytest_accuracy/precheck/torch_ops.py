@@ -234,6 +234,9 @@ TORCH_OPS: dict[str, TorchFn] = {
     "squeeze": _squeeze,
     "split": _split,
     "chunk": lambda t, b: t.chunk(_v(b, "input"), b.integer("chunks"), dim=b.integer("dim", 0)),
+    "getitem": lambda t, b: _v(b, "input")[
+        tuple(_v(b, "index")) if isinstance(_v(b, "index"), list) else _v(b, "index")
+    ],
     "cat": lambda t, b: t.cat(list(_v(b, "tensors")), dim=b.integer("dim", 0)),
     "triu": lambda t, b: t.triu(_v(b, "input"), b.integer("diagonal", 0)),
     "tril": lambda t, b: t.tril(_v(b, "input"), b.integer("diagonal", 0)),
