@@ -228,6 +228,9 @@ def test_plan_rejects_unknown_device_standard_and_missing_frameworks() -> None:
         plan(dumps, device="tpu")
     with pytest.raises(ValueError, match="unknown precheck standard"):
         plan(dumps, standard="strict")
+    if not _installed("torch_npu"):
+        with pytest.raises(MissingExtraError, match="torch_npu is not installed"):
+            plan(load_dumps(TENSOR["pytorch"] / "step0"), device="npu:0")
     if not _installed("mindspore"):
         with pytest.raises(MissingExtraError, match="mindspore is not installed"):
             plan(dumps, device="cpu")

@@ -52,15 +52,17 @@ def plan(dumps: DumpSet, *, device: str = "dump", standard: str = "default") -> 
     get_standard(standard)
     cases: list[PrecheckCase] = []
     for dump in dumps:
-        _check_device(device, dump.framework, dump.mode)
+        _check_device(device, dump.framework)
         for call in dump.calls:
             if call.kind == "api" and call.direction in ("forward", "backward"):
                 cases.append(_case(dump, call, device, standard))
     return cases
 
 
-def _check_device(device: str, framework: str, mode: str) -> None:
-    backend, _ = parse_device(device, framework)
+def _check_device(device: str, framework: str) -> None:
+    backend, target = parse_device(device, framework)
+    if backend == "torch" and target.startswith("npu") and not installed("torch_npu"):
+        raise MissingExtraError(f"torch_npu is not installed: device={device!r} needs it")
     if backend != "dump" and not installed(backend):
         extra = "torch" if backend == "torch" else "mindspore"
         raise MissingExtraError(
