@@ -6,8 +6,11 @@ from __future__ import annotations
 import collections
 import csv
 import dataclasses
+import importlib.util
 import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -237,8 +240,6 @@ def test_plan_rejects_unknown_device_standard_and_missing_frameworks() -> None:
 
 
 def _installed(module: str) -> bool:
-    import importlib.util
-
     return importlib.util.find_spec(module) is not None
 
 
@@ -280,3 +281,35 @@ def test_reports_use_msprobe_layouts(
     assert json.loads(json.dumps(doc)) == doc
     assert set(doc[0]) >= {"name", "status", "cosine", "max_abs", "reason"}
     assert doc[0]["name"].startswith("0/0/")
+
+
+_NO_TORCH = """
+import sys
+for name in ("torch", "torch_npu", "mindspore"):
+    sys.modules[name] = None  # every import of them fails, as when not installed
+from pytest_accuracy.dumps.layout import load_dumps
+from pytest_accuracy.errors import MissingExtraError
+from pytest_accuracy.precheck import plan, run_case
+for path in sys.argv[1:]:
+    results = [run_case(c) for c in plan(load_dumps(path))]
+    assert results and all(r.status in ("pass", "skip") for r in results), path
+    print(results[0].device)
+try:
+    plan(load_dumps(sys.argv[1]), device="cpu")
+    raise SystemExit("device=cpu without torch must be refused")
+except MissingExtraError:
+    pass
+"""
+
+
+def test_core_works_without_torch_installed() -> None:
+    paths = [TENSOR["pytorch"] / "step0", DUMPS / "pt_fp32" / "mix_statistics" / "step0"]
+    proc = subprocess.run(
+        [sys.executable, "-c", _NO_TORCH, *map(str, paths)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "dump (outputs recorded in the dump)",
+        "cpu (numpy in the dumped dtype; the statistics dump recorded no output values; "
+        "torch is absent)",
+    ]

@@ -17,6 +17,7 @@ never from the dump's API name.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -183,7 +184,13 @@ def parse_device(device: str, framework: str) -> tuple[str, str]:
 
 
 def installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
+    """Whether ``module`` can be imported, without importing it (torch takes seconds)."""
+    if module in sys.modules:
+        return sys.modules[module] is not None  # None: imports of it are blocked
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def make_executor(device: str, framework: str, mode: str) -> Executor:
