@@ -8,7 +8,10 @@ One entry point, :func:`make_executor`, takes the device string:
   inputs in the dumped dtype; the executor's description says which.
 * ``"cpu"``, ``"cuda[:N]"``, ``"npu[:N]"``, ``"gpu"`` - re-run with the dump's
   framework (torch, plus torch_npu for ``npu``; MindSpore for MindSpore dumps).  A
-  ``"torch:"`` or ``"mindspore:"`` prefix picks the framework explicitly.
+  ``"torch:"`` or ``"mindspore:"`` prefix picks the framework explicitly, so
+  ``"torch:cpu"`` re-runs a MindSpore dump's APIs with torch.  The MindSpore re-run is
+  only guarded so far: without mindspore, plan() refuses it; with it, cases skip
+  saying the re-run is not implemented.
 
 Callables come from allow-listed maps keyed by the canonical op (``torch_ops``),
 never from the dump's API name.
