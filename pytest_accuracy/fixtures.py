@@ -51,3 +51,39 @@ def acc_compare(request: pytest.FixtureRequest, acc_npu_dump: DumpSet,
     criteria = compare_criteria(request.config, kwargs)
     pairing = choose_pairing(request.config, acc_npu_dump.framework, acc_bench_dump.framework)
     return CompareReport(Comparison(acc_npu_dump, acc_bench_dump, criteria, pairing))
+
+
+def _log_paths(request: pytest.FixtureRequest) -> tuple[Any, list[Any]]:
+    from pathlib import Path
+
+    from pytest_accuracy.settings import setting
+
+    marker = _marker_kwargs(request)
+    npu = path_setting(request.config, "npu_log", marker)
+    benches = marker.get("bench_logs") or setting(request.config, "bench_logs") or []
+    if isinstance(benches, (str, Path)):
+        benches = [benches]
+    return npu, [Path(str(b)) for b in benches]
+
+
+@pytest.fixture
+def acc_npu_log(request: pytest.FixtureRequest) -> Any:
+    """The NPU training log as a ``LogTable`` (``.frame``: step-indexed loss, grad_norm, ...)."""
+    from pytest_accuracy.logs import read_log
+
+    npu, _ = _log_paths(request)
+    if npu is None:
+        pytest.skip("no NPU log given (--acc-npu-log, ini acc_npu_log or @accuracy(npu_log=...))")
+    return read_log(npu)
+
+
+@pytest.fixture
+def acc_bench_logs(request: pytest.FixtureRequest) -> list[Any]:
+    """The bench logs as ``LogTable``s: the first is the bench, the others form the band."""
+    from pytest_accuracy.logs import read_log
+
+    _, benches = _log_paths(request)
+    if not benches:
+        pytest.skip("no bench log given (--acc-bench-log, ini acc_bench_logs or "
+                    "@accuracy(bench_logs=[...]))")
+    return [read_log(p) for p in benches]

@@ -32,7 +32,7 @@ MARKER_HELP = (
     "min_cosine=None, min_matched=None, first_loss_abs=0.005, first_loss_rel=0.005, "
     "mean_abs=0.01, mean_rel=0.01, gnorm_rel=0.10, steps=None, relax_to_bench_noise=False): "
     "accuracy criteria and inputs for this test; the marker alone is an assertion when the "
-    "test uses acc_npu_log/acc_bench_logs or acc_compare. "
+    "test uses the acc_npu_log and acc_bench_logs fixtures. "
     "Example: @accuracy(first_loss_abs=0.005, mean_rel=0.01, gnorm_rel=0.10)"
 )
 

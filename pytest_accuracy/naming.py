@@ -137,9 +137,9 @@ def load_api_map() -> ApiMap:
     data = resources.files("pytest_accuracy") / "data" / "ms_to_pt_api.yaml"
     import yaml
 
-    # The C loader is the same safe loader, ~10x faster on this 200-line file.
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    doc = yaml.load(data.read_text(encoding="utf-8"), Loader=loader)
+    # Plain safe_load: the C loader breaks when pytest's pytester restores sys.modules
+    # between in-process runs ("could not determine a constructor for the tag None").
+    doc = yaml.safe_load(data.read_text(encoding="utf-8"))
     return _api_map_from_sections(doc, str(data))
 
 

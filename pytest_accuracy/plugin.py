@@ -91,6 +91,17 @@ def pytest_collection_modifyitems(
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """With @accuracy and the log fixtures, the marker itself asserts the migration standard."""
+    yield
+    funcargs = getattr(item, "funcargs", {})
+    if "acc_npu_log" in funcargs and "acc_bench_logs" in funcargs:
+        from pytest_accuracy.suite.marker_check import assert_migration_standard
+
+        assert_migration_standard(item, funcargs["acc_npu_log"], funcargs["acc_bench_logs"])
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:

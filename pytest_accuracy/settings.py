@@ -82,3 +82,35 @@ def _as_bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
     return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+_LOSS_FLOATS = ("first_loss_abs", "first_loss_rel", "mean_abs", "mean_rel", "gnorm_rel",
+                "band_factor")
+
+
+def loss_criteria(config: pytest.Config, marker: Mapping[str, Any] | None = None) -> Any:
+    """The migration-standard thresholds with marker > command line > ini > defaults."""
+    from pytest_accuracy.curves import LossCriteria
+
+    values: dict[str, Any] = {}
+    for name in _LOSS_FLOATS:
+        value = float_setting(config, name, marker)
+        if value is not None:
+            values[name] = value
+    steps = marker.get("steps") if marker else None
+    if steps is None and setting(config, "loss_steps"):
+        steps = _parse_window(str(setting(config, "loss_steps")))
+    if steps is not None:
+        values["steps"] = (int(steps[0]), int(steps[1]))
+    relax = setting(config, "relax_to_bench_noise", marker)
+    if relax is not None:
+        values["relax_to_bench_noise"] = _as_bool(relax)
+    return LossCriteria(**values)
+
+
+def _parse_window(text: str) -> tuple[int, int]:
+    try:
+        start, _, end = text.partition(":")
+        return int(start), int(end)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--acc-loss-steps: expected 'start:end', got {text!r}") from exc

@@ -96,3 +96,12 @@ def test_waivers_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path.write_text("- pattern: x\n  reason: y\n  rel_eror: 1\n")
     with pytest.raises(AccuracyInputError, match=r"unknown keys \['rel_eror'\]"):
         load_waivers(path)
+
+
+def test_json_document_is_strict_json_with_infinite_metrics(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from pytest_accuracy.report.document import write_json
+
+    path = write_json({"a": math.inf, "b": [-math.inf, math.nan, 1.5]}, tmp_path / "d.json")
+    assert json.loads(path.read_text()) == {"a": "inf", "b": ["-inf", None, 1.5]}

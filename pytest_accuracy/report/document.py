@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +42,22 @@ def compare_section(
 
 
 def write_json(doc: dict[str, Any], path: str | Path) -> Path:
+    """Strict JSON: NaN becomes null, +-inf the strings "inf"/"-inf" (a zero bench element)."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2, default=str, allow_nan=False) + "\n", encoding="utf-8")
+    text = json.dumps(_strict(doc), indent=2, default=str, allow_nan=False)
+    out.write_text(text + "\n", encoding="utf-8")
     return out
+
+
+def _strict(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return value
 
 
 def write_compare_csv(nodes: list[dict[str, Any]], out_dir: Path) -> Path | None:

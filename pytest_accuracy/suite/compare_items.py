@@ -95,6 +95,7 @@ class CoverageItem(AccuracyItem):
         matched = round(share * total)
         self.stash[RECORD_KEY] = {"coverage": {"matched": matched, "total": total,
                                                "matched_share": share, "min_matched": need}}
+        _write_inferred_mapping(self.config, cmp)
         if total == 0 or matched == 0:
             raise AccuracyError([
                 f"Nothing comparable matched: 0 of {total} NPU nodes found a bench counterpart.",
@@ -105,3 +106,16 @@ class CoverageItem(AccuracyItem):
                 f"Only {matched} of {total} NPU nodes ({share:.1%}) found a bench counterpart "
                 f"(at least {need:.0%} required).",
                 "Unmatched nodes are skipped items; see the summary for the list."])
+
+
+def _write_inferred_mapping(config: pytest.Config, cmp: Comparison) -> None:
+    """Once per run (this item runs in exactly one process), also under xdist."""
+    from pathlib import Path
+
+    from pytest_accuracy.suite.pairing import InferredPairing
+
+    report = config.getoption("acc_report") or config.getini("acc_report")
+    if report and isinstance(cmp.pairing, InferredPairing):
+        out = Path(report)
+        out.mkdir(parents=True, exist_ok=True)
+        cmp.pairing.write_yaml(out)

@@ -2,26 +2,52 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from pytest_accuracy.compare import Pairing
+from pytest_accuracy.dumps.model import Dump
 from pytest_accuracy.settings import path_setting, setting
 
 
-def choose_pairing(config: pytest.Config, npu_fw: str, bench_fw: str) -> Pairing | None:
+class InferredPairing:
+    """Automatic alignment per (step, rank) dump pair, remembering the evidence for the report."""
+
+    def __init__(self) -> None:
+        self.results: dict[tuple[int, int], Any] = {}
+
+    def __call__(self, npu: Dump, bench: Dump) -> dict[str, str]:
+        from pytest_accuracy.align import auto_pairing
+
+        key = (npu.step, npu.rank)
+        if key not in self.results:
+            self.results[key] = auto_pairing(npu, bench)
+        pairs: dict[str, str] = self.results[key].pairs
+        return pairs
+
+    def write_yaml(self, out_dir: Path) -> Path | None:
+        """The inferred mapping as an editable yaml that ``--acc-mapping`` accepts."""
+        if not self.results:
+            return None
+        key = min(self.results)  # node names repeat every step: one step's mapping serves all
+        path: Path = self.results[key].write_yaml(out_dir / "inferred_mapping.yaml",
+                                                  source=f"step {key[0]}, rank {key[1]}")
+        return path
+
+
+def choose_pairing(config: pytest.Config, npu_fw: str, bench_fw: str,
+                   marker: dict[str, Any] | None = None) -> Pairing | None:
     """``--acc-mapping`` wins; else ``--acc-align`` (auto: align across frameworks only)."""
-    mapping = path_setting(config, "mapping")
-    align = str(setting(config, "align") or "auto")
+    mapping = path_setting(config, "mapping", marker)
+    align = str(setting(config, "align", marker) or "auto")
+    if align not in ("auto", "always", "name"):
+        raise pytest.UsageError(f"--acc-align: expected auto, always or name, got {align!r}")
     if mapping is not None:
-        try:
-            from pytest_accuracy.naming import mapping_pairing
-        except ImportError:  # pragma: no cover - the naming module ships with the package
-            return None
-        return mapping_pairing(mapping)
+        from pytest_accuracy.msprobe_mapping import pairing_from_file
+
+        return pairing_from_file(mapping)
     if (align == "auto" and npu_fw != bench_fw) or align == "always":
-        try:
-            from pytest_accuracy.align import auto_pairing
-        except ImportError:  # pragma: no cover
-            return None
-        return lambda npu, bench: auto_pairing(npu, bench).pairs
+        return InferredPairing()
     return None

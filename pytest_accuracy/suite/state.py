@@ -28,7 +28,9 @@ class SuiteState:
 
     @property
     def has_dumps(self) -> bool:
-        return self.npu is not None or self.bench is not None
+        """Compare items are wanted: a bench dump, or an NPU dump that is not only prechecked."""
+        precheck_only = bool(self.config.getoption("acc_precheck")) and self.bench is None
+        return (self.npu is not None or self.bench is not None) and not precheck_only
 
     @cached_property
     def criteria(self) -> CompareCriteria:

@@ -81,7 +81,7 @@ class AccuracyResults:
             failed = [r for r in records if r.get("status") == "fail"]
             if failed:
                 lines.append(f"{group}: {len(failed)} failed: " + "; ".join(
-                    str(r.get("summary") or r.get("name")) for r in failed[:3]))
+                    _first_line(r.get("summary") or r.get("name")) for r in failed[:3]))
         return lines
 
     def verdict(self, exitstatus: int) -> str:
@@ -108,7 +108,8 @@ class AccuracyResults:
         doc = build_document(
             verdict=self.verdict(exitstatus),
             inputs=_inputs(self.config),
-            criteria={"compare": state.criteria.as_dict(), **_group_criteria(self.groups)},
+            criteria={**({"compare": state.criteria.as_dict()} if sections["compare"] else {}),
+                      **_group_criteria(self.groups)},
             sections=sections,
         )
         if json_path:
@@ -174,3 +175,8 @@ def _write_group_reports(config: pytest.Config, groups: dict[str, list[dict[str,
     from pytest_accuracy.suite.registry import write_group_reports
 
     return write_group_reports(config, groups, out)
+
+
+def _first_line(text: Any) -> str:
+    lines = str(text).splitlines()
+    return lines[0] if lines else ""

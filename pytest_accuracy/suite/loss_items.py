@@ -1,0 +1,110 @@
+"""Migration-standard items on training logs: ``accuracy::loss::<check>``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_accuracy.settings import loss_criteria, path_setting, setting
+from pytest_accuracy.suite import RECORD_KEY, AccuracyError, AccuracyGroup, AccuracyItem
+
+CHECKS = ("first_loss", "mean_loss", "grad_norm", "band", "zero_centred", "divergence")
+
+
+def read_logs(config: pytest.Config) -> tuple[Any, list[Any]]:
+    """The NPU log and the bench logs (first = the bench, the rest form the band)."""
+    from pytest_accuracy.errors import AccuracyInputError
+    from pytest_accuracy.logs import read_log
+
+    npu = path_setting(config, "npu_log")
+    bench_paths = [Path(str(p)) for p in (setting(config, "bench_logs") or [])]
+    if npu is None or not bench_paths:
+        missing = "--acc-bench-log" if npu else "--acc-npu-log"
+        raise AccuracyInputError(str(npu or bench_paths[0]),
+                                 f"the migration standard needs both logs: {missing} is missing")
+    return read_log(npu), [read_log(p) for p in bench_paths]
+
+
+class LossGroup(AccuracyGroup):
+    @cached_property
+    def report(self) -> Any:
+        from pytest_accuracy.curves import evaluate
+
+        npu, benches = read_logs(self.config)
+        return evaluate(npu, benches, loss_criteria(self.config))
+
+    def collect(self) -> Iterator[pytest.Item]:
+        report = self.report  # unreadable logs become a collection error naming the file
+        names = [c.name for c in report.checks]
+        for name in CHECKS:
+            if name in names:
+                yield LossItem.from_parent(self, name=name, check=name)
+
+
+class LossItem(AccuracyItem):
+    """One check of the migration standard; the failure prints numbers, limits, worst steps."""
+
+    def __init__(self, *, check: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.check = check
+
+    def runtest(self) -> None:
+        group = self.parent
+        assert isinstance(group, LossGroup)
+        report = group.report
+        result = report.check(self.check)
+        self.stash[RECORD_KEY] = {
+            "group": "loss", "name": self.check, "status": result.status,
+            "measured": dict(result.measured), "allowed": dict(result.allowed),
+            "worst_steps": list(result.worst_steps), "summary": result.message,
+            "report": report.to_dict(), "criteria": _criteria_dict(report.criteria),
+        }
+        if self.check == "first_loss":
+            _maybe_write_golden(self.config)
+        if result.status == "skip":
+            pytest.skip(result.message)
+        if result.status == "fail":
+            raise AccuracyError(result.message.splitlines())
+
+
+def _criteria_dict(criteria: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return {k: v for k, v in asdict(criteria).items() if v is not None}
+
+
+def _maybe_write_golden(config: pytest.Config) -> None:
+    target = setting(config, "write_golden")
+    if target:
+        from pytest_accuracy.logs import read_log, write_golden
+
+        npu = path_setting(config, "npu_log")
+        if npu is not None:
+            write_golden(read_log(npu), Path(str(target)))
+
+
+def loss_section(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``loss`` part of the JSON document: measured values, status, allowed values."""
+    if not records:
+        return {}
+    section: dict[str, Any] = dict(records[0].get("report") or {})
+    section.pop("checks", None)
+    section["criteria"] = records[0].get("criteria")
+    section["checks"] = {r["name"]: {k: r[k] for k in ("status", "measured", "allowed",
+                                                       "worst_steps")} for r in records}
+    return section
+
+
+def write_loss_plots(config: pytest.Config, out: Path) -> list[Path]:
+    try:
+        from pytest_accuracy.report.plots import plot_loss_report
+
+        npu, benches = read_logs(config)
+        return list(plot_loss_report(npu, benches, out, loss_criteria(config)))
+    except ImportError as exc:  # the plot extra is optional: say so, don't fail the run
+        (out / "plots_unavailable.txt").write_text(f"{exc}\n", encoding="utf-8")
+        return []

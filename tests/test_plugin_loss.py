@@ -1,0 +1,106 @@
+"""The migration standard on logs: built-in loss items, the marker, fixtures, golden values."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import ROOT
+
+LOGS = ROOT / "example_data" / "logs"
+BENCH = [f"--acc-bench-log={LOGS / 'megatron_bench_a.log'}",
+         f"--acc-bench-log={LOGS / 'megatron_bench_b.log'}"]
+
+
+def run(pytester: pytest.Pytester, npu: str, *args: str) -> pytest.RunResult:
+    return pytester.runpytest(f"--acc-npu-log={LOGS / npu}", *BENCH, "-p", "no:cacheprovider",
+                              *args)
+
+
+def failed_items(result: pytest.RunResult) -> list[str]:
+    return sorted(line.split()[1] for line in result.stdout.lines if line.startswith("FAILED"))
+
+
+def test_good_run_passes_every_check(pytester: pytest.Pytester) -> None:
+    out = pytester.path / "acc.json"
+    result = run(pytester, "mindformers_npu.log", f"--acc-json={out}")
+    assert result.ret == 0
+    assert result.parseoutcomes()["passed"] == 6
+    doc = json.loads(out.read_text())
+    loss = doc["loss"]
+    assert doc["verdict"] == "pass" and loss["status"] == "pass"
+    assert {"first_loss_abs", "first_loss_rel", "mean_abs", "mean_rel", "gnorm_mean_rel",
+            "steps_compared", "steps_skipped", "divergence_step", "offset"} <= set(loss)
+    assert loss["criteria"]["mean_rel"] == 0.01 and loss["divergence_step"] is None
+
+
+def test_late_drift_fails_zero_centred_and_band(pytester: pytest.Pytester) -> None:
+    result = run(pytester, "npu_late_drift.log")
+    assert result.ret == 1
+    assert {"accuracy::loss::zero_centred", "accuracy::loss::band"} <= set(failed_items(result))
+    result.stdout.fnmatch_lines(["Loss difference is not centred on zero: over the late half *"])
+
+
+def test_first_loss_offset_fails_only_first_loss(pytester: pytest.Pytester) -> None:
+    result = run(pytester, "npu_first_offset.log")
+    assert failed_items(result) == ["accuracy::loss::first_loss"]
+
+
+def test_spike_then_divergence_names_the_step(pytester: pytest.Pytester) -> None:
+    out = pytester.path / "acc.json"
+    result = run(pytester, "npu_spike.log", f"--acc-json={out}")
+    assert "accuracy::loss::divergence" in failed_items(result)
+    result.stdout.fnmatch_lines(["Loss curves diverge from step 200*"])
+    assert json.loads(out.read_text())["loss"]["divergence_step"] == 200
+
+
+def test_cli_thresholds_override_ini(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nacc_mean_rel = 0.5\nacc_mean_abs = 0.5\n")
+    result = run(pytester, "npu_late_drift.log", "-k", "mean_loss")
+    assert result.ret == 0
+    result = run(pytester, "npu_late_drift.log", "-k", "mean_loss", "--acc-mean-rel=0.001",
+                 "--acc-mean-abs=0.001")
+    assert result.ret == 1
+
+
+def test_marker_is_the_assertion_in_a_user_suite(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(f"""
+        from pytest_accuracy import accuracy
+        BENCH = [r"{LOGS / 'megatron_bench_a.log'}", r"{LOGS / 'megatron_bench_b.log'}"]
+
+        @accuracy(npu_log=r"{LOGS / 'mindformers_npu.log'}", bench_logs=BENCH)
+        def test_good(acc_npu_log, acc_bench_logs):
+            assert len(acc_npu_log.frame) == 300
+
+        @accuracy(npu_log=r"{LOGS / 'npu_late_drift.log'}", bench_logs=BENCH, mean_rel=0.01)
+        def test_drift(acc_npu_log, acc_bench_logs):
+            pass
+
+        @accuracy(npu_log=r"{LOGS / 'npu_late_drift.log'}", bench_logs=BENCH, mean_rel=0.5,
+                  mean_abs=0.5, steps=(1, 120))
+        def test_drift_early_window_only(acc_npu_log, acc_bench_logs):
+            pass
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*Migration standard missed (* checks):*",
+                                 "*mean_loss] Mean loss mismatch over 300 paired steps*"])
+
+
+def test_write_golden_then_gate_on_it(pytester: pytest.Pytester) -> None:
+    golden = pytester.path / "golden.json"
+    run(pytester, "mindformers_npu.log", f"--acc-write-golden={golden}")
+    assert "lm loss" in json.loads(golden.read_text())
+    result = pytester.runpytest(f"--acc-npu-log={LOGS / 'mindformers_npu.log'}",
+                                f"--acc-bench-log={golden}", "-p", "no:cacheprovider")
+    assert result.ret == 0
+
+
+def test_empty_log_is_a_clear_collection_error(pytester: pytest.Pytester) -> None:
+    empty = pytester.path / "empty.log"
+    empty.write_text("")
+    result = pytester.runpytest(f"--acc-npu-log={empty}", *BENCH, "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert "INTERNALERROR" not in result.stdout.str()
+    result.stdout.fnmatch_lines([f"unreadable input: {empty}: *"])
