@@ -169,3 +169,24 @@ def test_low_matched_share_fails_coverage(pytester: pytest.Pytester) -> None:
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*Only * of 342 NPU nodes (*%) found a bench counterpart "
                                  "(at least 90% required).*"])
+
+
+def test_first_nan_producing_node_is_reported(pytester: pytest.Pytester, copy_dump) -> None:  # type: ignore[no-untyped-def]
+    npu = copy_dump("pt_fp32", "mix_statistics")
+    dump_json = next((npu / "step0").iterdir()) / "dump.json"
+    doc = json.loads(dump_json.read_text())
+    names = list(doc["data"])
+    start = names.index("Torch.softmax.1.forward")
+    for name in names[start:]:  # overflow from the second softmax on
+        for key in ("output", "input_args"):
+            for rec in doc["data"][name].get(key) or []:
+                if isinstance(rec, dict) and "Max" in rec and (key == "output" or name != names[start]):
+                    rec["Max"] = float("nan")
+    dump_json.write_text(json.dumps(doc))
+    out = pytester.path / "acc.json"
+    result = run(pytester, npu, dump("pt_fp32", "mix_statistics"), f"--acc-json={out}")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["First NaN/Inf on the NPU: Torch.softmax.1.forward (step 0, "
+                                 "rank 0), output.0, from finite inputs."])
+    assert json.loads(out.read_text())["compare"]["first_nonfinite"]["npu_name"] == (
+        "Torch.softmax.1.forward")

@@ -9,7 +9,12 @@ from typing import Any
 import pytest
 
 from pytest_accuracy.compare import Comparison, NodeResult
-from pytest_accuracy.divergence import FirstDivergence, evidence_lines, find_first_divergence
+from pytest_accuracy.divergence import (
+    FirstDivergence,
+    evidence_lines,
+    find_first_divergence,
+    find_first_nonfinite,
+)
 from pytest_accuracy.report.records import node_record
 from pytest_accuracy.settings import setting
 from pytest_accuracy.suite import RECORD_KEY, AccuracyError, AccuracyGroup, AccuracyItem
@@ -93,8 +98,10 @@ class CoverageItem(AccuracyItem):
         need = state.criteria.min_matched
         total = len(cmp)
         matched = round(share * total)
+        nonfinite = find_first_nonfinite(cmp)
         self.stash[RECORD_KEY] = {"coverage": {"matched": matched, "total": total,
-                                               "matched_share": share, "min_matched": need}}
+                                               "matched_share": share, "min_matched": need},
+                                  "first_nonfinite": nonfinite.as_dict() if nonfinite else None}
         _write_inferred_mapping(self.config, cmp)
         if total == 0 or matched == 0:
             raise AccuracyError([

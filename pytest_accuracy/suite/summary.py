@@ -27,6 +27,7 @@ class AccuracyResults:
         self.nodes: list[dict[str, Any]] = []
         self.groups: dict[str, list[dict[str, Any]]] = {}
         self.coverage: dict[str, Any] | None = None
+        self.nonfinite: dict[str, Any] | None = None
         self.first: dict[str, Any] | None = None
         self.outcomes: dict[str, int] = {}
 
@@ -39,6 +40,7 @@ class AccuracyResults:
         self.outcomes[report.outcome] = self.outcomes.get(report.outcome, 0) + 1
         if "coverage" in record:
             self.coverage = record["coverage"]
+            self.nonfinite = record.get("first_nonfinite")
         elif "group" in record:
             self.groups.setdefault(record["group"], []).append(record)
         else:
@@ -67,6 +69,10 @@ class AccuracyResults:
         elif self.nodes:
             passed = sum(n["status"] == "pass" for n in self.nodes)
             lines.append(f"No divergence: {passed} compared nodes meet the criteria.")
+        if self.nonfinite:
+            n = self.nonfinite
+            lines.append(f"First NaN/Inf on the NPU: {n['npu_name']} (step {n['step']}, rank "
+                         f"{n['rank']}), {n['tensor']}, from finite inputs.")
         unmatched = [n for n in self.nodes if n["status"] == "unmatched"]
         if unmatched:
             names = ", ".join(f"{n['step']}/{n['rank']}/{n['npu_name']}" for n in unmatched[:5])
@@ -100,6 +106,7 @@ class AccuracyResults:
     def write_outputs(self, exitstatus: int, json_path: Any, report_dir: Any) -> None:
         state = self.config.stash[STATE_KEY]
         summary: dict[str, Any] = {"first_divergence": _public_first(self.first),
+                                   "first_nonfinite": self.nonfinite,
                                    "coverage": self.coverage}
         sections: dict[str, Any] = {"compare": compare_section(self.nodes, summary)
                                     if self.nodes or self.coverage else None}
