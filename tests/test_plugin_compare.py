@@ -180,7 +180,8 @@ def test_first_nan_producing_node_is_reported(pytester: pytest.Pytester, copy_du
     for name in names[start:]:  # overflow from the second softmax on
         for key in ("output", "input_args"):
             for rec in doc["data"][name].get(key) or []:
-                if isinstance(rec, dict) and "Max" in rec and (key == "output" or name != names[start]):
+                carried = key == "output" or name != names[start]
+                if isinstance(rec, dict) and "Max" in rec and carried:
                     rec["Max"] = float("nan")
     dump_json.write_text(json.dumps(doc))
     out = pytester.path / "acc.json"
