@@ -34,6 +34,7 @@ _VALUE_OPTIONS = {
     "device": "precheck device: dump (default), cpu, cuda, npu",
     "standard": "precheck standard: default or dtype",
     "suite": "built-in suite: auto (when inputs are on the command line), on, off",
+    "local-norm-step": "compare per-parameter gradient norms at this step (default: the first)",
 }
 
 

@@ -191,3 +191,31 @@ def test_first_nan_producing_node_is_reported(pytester: pytest.Pytester, copy_du
                                  "rank 0), output.0, from finite inputs."])
     assert json.loads(out.read_text())["compare"]["first_nonfinite"]["npu_name"] == (
         "Torch.softmax.1.forward")
+
+
+def test_local_norms_name_the_bugged_parameter_first(pytester: pytest.Pytester) -> None:
+    result = run(pytester, dump("pt_bug", "L0_tensor"), dump("pt_fp32", "L0_tensor"),
+                 "-k", "local_norm or gradient_steps")
+    result.stdout.fnmatch_lines([
+        "Local gradient norms differ at step 0, rank 0: * parameters beyond 0.0001 relative, "
+        "worst first:",
+        "  layers.1.n1.weight: norm 0.0112134 vs bench 0.0113152 (relative difference 0.00899)",
+    ])
+    result.stdout.fnmatch_lines(["Gradients part at step 0 (of steps ?0, 1?): *",
+                                 "  layers.1.n1.weight: *"])
+    assert run(pytester, dump("pt_bf16", "L0_tensor"), dump("pt_fp32", "L0_tensor"),
+               "-k", "local_norm or gradient_steps").ret == 0
+
+
+def test_error_appearing_in_undumped_code_names_the_pair_between(
+        pytester: pytest.Pytester, copy_dump) -> None:  # type: ignore[no-untyped-def]
+    npu = copy_dump("pt_bug", "L0_tensor")
+    dump_json = next((npu / "step0").iterdir()) / "dump.json"
+    doc = json.loads(dump_json.read_text())
+    del doc["data"]["Module.layers.1.n1.RMSNorm.forward.0"]  # as if it had not been dumped
+    dump_json.write_text(json.dumps(doc))
+    result = run(pytester, npu, dump("pt_fp32", "L0_tensor"))
+    result.stdout.fnmatch_lines([
+        "First divergence between Module.layers.0.Block.forward.0 and "
+        "Module.layers.1.attn.qkv.Linear.forward.0 (step 0, rank 0): the error appeared in code "
+        "the dump did not record; output.0: *"])

@@ -31,6 +31,9 @@ class CompareGroup(AccuracyGroup):
             name = f"{dump.step}/{dump.rank}/{call.name}"
             yield CompareItem.from_parent(self, name=name, index=i)
         yield CoverageItem.from_parent(self, name="coverage")
+        from pytest_accuracy.suite.gradient_items import gradient_items
+
+        yield from gradient_items(self, cmp)
 
 
 class CompareItem(AccuracyItem):
