@@ -104,3 +104,19 @@ def test_empty_log_is_a_clear_collection_error(pytester: pytest.Pytester) -> Non
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert "INTERNALERROR" not in result.stdout.str()
     result.stdout.fnmatch_lines([f"unreadable input: {empty}: *"])
+
+
+def test_local_norm_lines_name_the_parameter_that_differs(pytester: pytest.Pytester) -> None:
+    sample = ROOT / "tests/data/log_samples/mindformers_trainingstatemonitor_local_norm_doc.txt"
+    text = sample.read_text()
+    changed = pytester.path / "npu.log"
+    changed.write_text(text.replace("model.layers.1.attention_norm.weight: 0.1092",
+                                    "model.layers.1.attention_norm.weight: 0.2184"))
+    assert changed.read_text() != text
+    result = pytester.runpytest(f"--acc-npu-log={changed}", f"--acc-bench-log={sample}",
+                                "-p", "no:cacheprovider", "-k", "local_norm")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["Local norms differ at step 1: 1 of * parameters beyond 0.1 "
+                                 "relative, worst first:",
+                                 "  model.layers.1.attention_norm.weight: 0.2184 vs bench 0.1092 "
+                                 "(relative difference 1)"])

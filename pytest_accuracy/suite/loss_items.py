@@ -43,6 +43,9 @@ class LossGroup(AccuracyGroup):
         for name in CHECKS:
             if name in names:
                 yield LossItem.from_parent(self, name=name, check=name)
+        npu, benches = read_logs(self.config)
+        if npu.local_norm is not None and benches[0].local_norm is not None:
+            yield LocalNormLogItem.from_parent(self, name="local_norm")
 
 
 class LossItem(AccuracyItem):
@@ -108,3 +111,35 @@ def write_loss_plots(config: pytest.Config, out: Path) -> list[Path]:
     except ImportError as exc:  # the plot extra is optional: say so, don't fail the run
         (out / "plots_unavailable.txt").write_text(f"{exc}\n", encoding="utf-8")
         return []
+
+
+class LocalNormLogItem(AccuracyItem):
+    """Per-parameter local norms from the two logs at one step (names mapped across conventions)."""
+
+    def runtest(self) -> None:
+        from pytest_accuracy.curves import compare_local_norms
+        from pytest_accuracy.gradients import load_name_rules
+
+        npu, benches = read_logs(self.config)
+        rules = load_name_rules()
+        original = {rules.canonical(str(p)): str(p) for p in npu.local_norm["param"]}
+        frames = [t.local_norm.assign(param=t.local_norm["param"].map(rules.canonical))
+                  for t in (npu, benches[0])]
+        common = sorted(set(frames[0]["step"]) & set(frames[1]["step"]))
+        if not common:
+            pytest.skip("the two logs have no step with local norms in common")
+        step = int(setting(self.config, "local_norm_step") or common[0])
+        table = compare_local_norms(frames[0], frames[1], step)
+        allowed = loss_criteria(self.config).gnorm_rel
+        worst = table[~(table["rel_diff"] <= allowed)]
+        self.stash[RECORD_KEY] = {
+            "group": "loss", "name": "local_norm", "status": "fail" if len(worst) else "pass",
+            "measured": {"step": step, "params": len(table)}, "allowed": {"rel_diff": allowed},
+            "worst_steps": [step], "summary": f"local norms differ at step {step}"}
+        if len(worst):
+            lines = [f"Local norms differ at step {step}: {len(worst)} of {len(table)} parameters "
+                     f"beyond {allowed:g} relative, worst first:"]
+            lines += [f"  {original.get(str(r.param), r.param)}: {r.npu:.6g} vs bench "
+                      f"{r.bench:.6g} (relative difference {r.rel_diff:.3g})"
+                      for r in worst.head(5).itertuples()]
+            raise AccuracyError(lines)
