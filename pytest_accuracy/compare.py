@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -88,6 +91,7 @@ class NodeResult:
     outputs: list[TensorComparison] = field(default_factory=list)
     scalar_diffs: list[ScalarDiff] = field(default_factory=list)
     waiver: Waiver | None = None
+    inputs_checked: bool = False
 
     @property
     def inputs_ok(self) -> bool:
@@ -111,14 +115,25 @@ class Comparison:
         bench: DumpSet,
         criteria: CompareCriteria | None = None,
         pairing: Pairing | None = None,
+        *,
+        inputs: str = "failing",
+        workers: int | None = None,
     ) -> None:
+        """``inputs="failing"`` compares a node's inputs only on demand (``with_inputs``):
+        the verdict needs outputs only, the first divergence the inputs of one node;
+        ``"all"`` compares every input too (the full msprobe-style table).
+        ``workers`` threads read ahead of the node asked for (numpy releases the GIL)."""
         self.npu = npu
         self.bench = bench
         self.criteria = criteria or CompareCriteria()
         self.pairing = pairing or pair_by_name
+        self.inputs_mode = inputs
         self.entries: list[tuple[Dump, Call]] = [(d, c) for d in npu for c in d.calls]
-        self._results: dict[int, NodeResult] = {}
         self._pairs: dict[tuple[int, int], Mapping[str, str]] = {}
+        self._futures: dict[int, Future[NodeResult]] = {}
+        self._workers = workers if workers is not None else min(4, os.cpu_count() or 1)
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -131,12 +146,49 @@ class Comparison:
         return {(d.step, d.rank, c.name): i for i, (d, c) in enumerate(self.entries)}
 
     def node(self, index: int) -> NodeResult:
-        if index not in self._results:
-            self._results[index] = self._compute(index)
-        return self._results[index]
+        """The result of node ``index``; the next few nodes are computed ahead meanwhile."""
+        self.effective_dtypes  # noqa: B018  (pairs and dtypes first, in this thread)
+        if self._workers <= 1:
+            with self._lock:
+                if index not in self._futures:
+                    done: Future[NodeResult] = Future()
+                    done.set_result(self._compute(index))
+                    self._futures[index] = done
+            return self._futures[index].result()
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="acc-compare")
+            for i in range(index, min(index + self._workers, len(self.entries))):
+                if i not in self._futures:
+                    self._futures[i] = self._pool.submit(self._compute, i)
+        return self._futures[index].result()
 
     def results(self) -> list[NodeResult]:
         return [self.node(i) for i in range(len(self.entries))]
+
+    def with_inputs(self, index: int) -> NodeResult:
+        """Node ``index`` with its inputs compared too (to tell error appearing from carried)."""
+        result = self.node(index)
+        if not result.inputs_checked and result.bench is not None and result.status != "error":
+            try:
+                self._add_inputs(result)
+            except AccuracyInputError as exc:
+                result.status, result.reason = "error", str(exc)
+        return result
+
+    def _add_inputs(self, result: NodeResult) -> None:
+        assert result.bench is not None
+        _, call = self.entries[result.index]
+        criteria = self.criteria.with_waiver(result.waiver)
+        dtype = self.effective_dtypes[result.index]
+        inputs = call.input_tensors + call.parameters
+        result.inputs = _compare_all(inputs, result.bench, dtype, criteria)
+        result.inputs_checked = True
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def bench_call(self, index: int) -> Call | None:
         dump, call = self.entries[index]
@@ -179,10 +231,9 @@ class Comparison:
         criteria = self.criteria.with_waiver(waiver)
         dtype = self.effective_dtypes[index]
         try:
-            result.inputs = _compare_all(
-                call.input_tensors + call.parameters, bench, dtype, criteria
-            )
             result.outputs = _compare_all(call.output_tensors, bench, dtype, criteria)
+            if self.inputs_mode == "all":
+                self._add_inputs(result)
         except AccuracyInputError as exc:
             result.status, result.reason = "error", str(exc)
             return result

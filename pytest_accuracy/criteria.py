@@ -37,13 +37,14 @@ class Tolerance:
     min_cosine: float
 
 
-# Chosen from measurements on the bundled dumps (README, "Criteria"): bf16 autocast vs
-# fp32 reaches rel_l2_err 0.8 % and cosine 0.99997; the eps bug gives 1.2-1.8 % in fp32.
+# Chosen from measurements (README, "Criteria"): bf16 autocast vs fp32 reaches rel_l2_err
+# 0.8 % on the 2-layer fixture model and 2.1 % (backward, cosine 0.9998) on the 8-layer
+# benchmark model, so bf16 gets ~5 eps; the eps bug gives 1.2-1.8 % in fp32.
 DEFAULT_TOLERANCES: Mapping[str, Tolerance] = {
     "float64": Tolerance(rel_err=1e-9, min_cosine=0.9999999),
     "float32": Tolerance(rel_err=1e-4, min_cosine=0.99999),
-    "float16": Tolerance(rel_err=2e-3, min_cosine=0.9999),
-    "bfloat16": Tolerance(rel_err=1.6e-2, min_cosine=0.999),
+    "float16": Tolerance(rel_err=5e-3, min_cosine=0.9999),
+    "bfloat16": Tolerance(rel_err=4e-2, min_cosine=0.999),
     "float8_e4m3fn": Tolerance(rel_err=0.25, min_cosine=0.99),
     "float8_e5m2": Tolerance(rel_err=0.5, min_cosine=0.98),
 }

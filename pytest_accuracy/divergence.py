@@ -70,7 +70,7 @@ def find_first_divergence(cmp: Comparison, upto: int | None = None) -> FirstDive
         if result.status == "pass":
             previous_pass = result
         elif result.status == "fail":
-            return _describe(result, previous_pass)
+            return _describe(cmp.with_inputs(i), previous_pass)
     return None
 
 
@@ -96,6 +96,9 @@ def _describe(result: NodeResult, previous: NodeResult | None) -> FirstDivergenc
 def evidence_lines(result: NodeResult) -> list[str]:
     """Inputs vs outputs error table for a failure message."""
     lines = []
+    if not result.inputs_checked:
+        lines.append("  inputs not compared (only the first divergent node needs them; "
+                     "--acc-inputs=all compares every input)")
     for label, group in (("inputs", result.inputs), ("outputs", result.outputs)):
         for t in group:
             lines.append(f"  {label[:-1]:<6} {t.path:<22} {_summary(t)}")

@@ -50,7 +50,8 @@ def acc_compare(request: pytest.FixtureRequest, acc_npu_dump: DumpSet,
     kwargs = _marker_kwargs(request)
     criteria = compare_criteria(request.config, kwargs)
     pairing = choose_pairing(request.config, acc_npu_dump.framework, acc_bench_dump.framework)
-    return CompareReport(Comparison(acc_npu_dump, acc_bench_dump, criteria, pairing))
+    return CompareReport(Comparison(acc_npu_dump, acc_bench_dump, criteria, pairing,
+                                    inputs="all"))
 
 
 def _log_paths(request: pytest.FixtureRequest) -> tuple[Any, list[Any]]:

@@ -34,6 +34,8 @@ _VALUE_OPTIONS = {
     "device": "precheck device: dump (default), cpu, cuda, npu",
     "standard": "precheck standard: default or dtype",
     "suite": "built-in suite: auto (when inputs are on the command line), on, off",
+    "inputs": "compare inputs too: failing (default: only where the first divergence needs "
+              "them) or all (the full msprobe-style table)",
     "local-norm-step": "compare per-parameter gradient norms at this step (default: the first)",
 }
 

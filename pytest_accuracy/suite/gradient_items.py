@@ -46,7 +46,9 @@ class LocalNormItem(AccuracyItem):
         result = local_norm_diffs(cmp.npu, cmp.bench, step=step, rank=rank,
                                   pairing=_pairing(cmp))
         tol = state.criteria.tolerance(_grad_dtype(cmp))
-        worst = [d for d in result.diffs if not d.rel_diff <= tol.rel_err]
+        allowed = _allowed_by_param(cmp, step, rank, tol.rel_err)
+        worst = [d for d in result.diffs
+                 if not d.rel_diff <= _limit(allowed, d.npu_params, tol.rel_err)]
         self.stash[RECORD_KEY] = {"group": "gradients", "name": "local_norm", "step": step,
                                   "status": "fail" if worst else "pass",
                                   "summary": _norm_line(worst[0]) if worst else "",
@@ -75,8 +77,9 @@ class GradientStepsItem(AccuracyItem):
         criteria = replace(state.criteria, rel_err=tol.rel_err, min_cosine=tol.min_cosine)
         view = gradient_view(cmp.npu, cmp.bench, rank=min(d.rank for d in cmp.npu),
                              pairing=_pairing(cmp), criteria=criteria)
-        step = view.first_parting_step
-        parted = view.parted_params(step) if step is not None else []
+        allowed = _allowed_by_param(cmp, min(view.steps), min(d.rank for d in cmp.npu),
+                                    tol.rel_err)
+        step, parted = _parting(view, allowed, tol.rel_err)
         self.stash[RECORD_KEY] = {
             "group": "gradients", "name": "gradient_steps", "steps": view.steps,
             "status": "fail" if step is not None else "pass", "first_parting_step": step,
@@ -102,3 +105,37 @@ def _norm_line(d: Any) -> str:
 def _norm_dict(d: Any) -> dict[str, Any]:
     return {"param": d.name, "npu_norm": d.npu_norm, "bench_norm": d.bench_norm,
             "rel_diff": d.rel_diff}
+
+
+def _allowed_by_param(cmp: Comparison, step: int, rank: int, default: float) -> dict[str, float]:
+    """Waivers apply through each parameter's parameters_grad node: a known divergence
+    allows anything, a relaxed waiver its own rel_err."""
+    from pytest_accuracy.gradients import param_grads
+
+    dump = cmp.npu.dumps.get((step, rank)) or next(iter(cmp.npu))
+    allowed: dict[str, float] = {}
+    for name, grad in param_grads(dump).items():
+        waiver = cmp.criteria.waiver_for(grad.node, "")
+        if waiver is not None:
+            allowed[name] = (float("inf") if waiver.known_divergence
+                             else waiver.rel_err if waiver.rel_err is not None else default)
+    return allowed
+
+
+def _limit(allowed: dict[str, float], params: tuple[str, ...] | list[str], default: float) -> float:
+    return max((allowed.get(p, default) for p in params), default=default)
+
+
+def _parting(view: Any, allowed: dict[str, float], default: float) -> tuple[int | None, list[str]]:
+    """The first step where a parameter's gradients part, after waivers; worst first."""
+    for step in view.steps:
+        parted = [n for n in view.parted_params(step)
+                  if _still_parted(view, n, step, _limit(allowed, n.split("+"), default))]
+        if parted:
+            return step, parted
+    return None, []
+
+
+def _still_parted(view: Any, name: str, step: int, limit: float) -> bool:
+    row = next(s for s in view.params[name] if s.step == step)
+    return row.rel_err is None or not row.rel_err <= limit

@@ -48,7 +48,11 @@ class SuiteState:
         ranks = parse_int_set(setting(self.config, "ranks"), "ranks")
         npu = load_dumps(self.npu, steps=steps, ranks=ranks)
         bench = load_dumps(self.bench, steps=steps, ranks=ranks)
-        return Comparison(npu, bench, self.criteria, self.pairing(npu.framework, bench.framework))
+        inputs = str(setting(self.config, "inputs") or "failing")
+        if inputs not in ("failing", "all"):
+            raise pytest.UsageError(f"--acc-inputs: expected failing or all, got {inputs!r}")
+        return Comparison(npu, bench, self.criteria,
+                          self.pairing(npu.framework, bench.framework), inputs=inputs)
 
     def pairing(self, npu_framework: str, bench_framework: str) -> Pairing | None:
         from pytest_accuracy.suite.pairing import choose_pairing
