@@ -1,0 +1,115 @@
+"""Shared pieces of the curve checks: criteria, results, step pairing, formatting."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.logs.table import LogTable
+
+Status = Literal["pass", "fail", "skip"]
+
+
+@dataclass(frozen=True)
+class LossCriteria:
+    """Thresholds of the migration standard plus the knobs of the band/offset/divergence tests."""
+
+    first_loss_abs: float = 0.005
+    first_loss_rel: float = 0.005
+    mean_abs: float = 0.01
+    mean_rel: float = 0.01
+    gnorm_rel: float = 0.10
+    steps: tuple[int, int] | None = None  # inclusive window of steps compared
+    band_factor: float = 2.0  # band widening, in units of the local bench spread
+    band_outside: float = 0.10  # fraction of steps allowed outside the band
+    band_window: int = 21  # steps averaged for the local bench spread
+    offset: float = 0.005  # systematic offset always tolerated (loss units)
+    offset_sigmas: float = 3.0
+    divergence_frac: float = 0.9
+    divergence_min_steps: int = 5
+    relax_to_bench_noise: bool = False  # threshold = max(threshold, bench-vs-bench value)
+    loss_column: str = "loss"
+
+
+DEFAULT = LossCriteria()
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check's verdict, what was measured, what was allowed, and a message for people."""
+
+    name: str
+    status: Status
+    measured: Mapping[str, float | int | None] = field(default_factory=dict)
+    allowed: Mapping[str, float] = field(default_factory=dict)
+    worst_steps: tuple[int, ...] = ()
+    message: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Values of two runs on the steps both logged and neither skipped."""
+
+    steps: np.ndarray
+    npu: np.ndarray
+    bench: np.ndarray
+    skipped: int
+
+    @property
+    def d(self) -> np.ndarray:
+        return self.npu - self.bench
+
+
+def pair(
+    npu: LogTable, bench: LogTable, column: str = "loss", criteria: LossCriteria = DEFAULT
+) -> Paired:
+    """Pair ``column`` by step; raises AccuracyInputError naming both files without common steps."""
+    common = npu.frame.index.intersection(bench.frame.index)
+    if criteria.steps is not None:
+        lo, hi = criteria.steps
+        common = common[(common >= lo) & (common <= hi)]
+    if not len(common):
+        window = f" in steps {criteria.steps[0]}..{criteria.steps[1]}" if criteria.steps else ""
+        raise AccuracyInputError(
+            npu.path,
+            f"no steps in common with {bench.path}{window} "
+            f"(NPU logged {_span(npu)}, bench logged {_span(bench)})",
+        )
+    a, b = npu.frame.loc[common], bench.frame.loc[common]
+    x, y = _col(a, column), _col(b, column)
+    bad = (
+        a["skipped"].to_numpy(bool)
+        | b["skipped"].to_numpy(bool)
+        | ~np.isfinite(x)
+        | ~np.isfinite(y)
+    )
+    keep = ~bad
+    return Paired(common.to_numpy(np.int64)[keep], x[keep], y[keep], int(bad.sum()))
+
+
+def _col(frame: pd.DataFrame, column: str) -> np.ndarray:
+    if column not in frame:
+        return np.full(len(frame), np.nan)
+    return frame[column].to_numpy(dtype=np.float64)
+
+
+def _span(table: LogTable) -> str:
+    steps = table.steps
+    return f"steps {steps[0]}..{steps[-1]}" if len(steps) else "no steps"
+
+
+def _skip(name: str, why: str) -> CheckResult:
+    return CheckResult(name, "skip", message=why)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.6g}"
