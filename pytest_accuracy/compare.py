@@ -32,14 +32,6 @@ from pytest_accuracy.dumps.model import (
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.metrics import StatsMetrics, TensorMetrics, stats_metrics, tensor_metrics
 
-# msprobe hooks a PyTorch API's backward on the last autograd node of its output, so for these
-# composite APIs the recorded "output" gradients are those of an internal op (a view, nll_loss),
-# not the gradients w.r.t. the API inputs that MindSpore records (msprobe pain point 9).
-PT_COMPOSITE_BACKWARD = frozenset({
-    "linear", "matmul", "bmm", "cross_entropy", "nll_loss", "einsum", "baddbmm", "addmm",
-    "scaled_dot_product_attention", "softmax_cross_entropy", "dense",
-})
-
 # (npu dump, bench dump) -> {npu node name: bench node name}; absent names are unmatched.
 Pairing = Callable[[Dump, Dump], Mapping[str, str]]
 
@@ -138,13 +130,6 @@ class Comparison:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def index_of(self, step: int, rank: int, name: str) -> int:
-        return self._positions[(step, rank, name)]
-
-    @cached_property
-    def _positions(self) -> dict[tuple[int, int, str], int]:
-        return {(d.step, d.rank, c.name): i for i, (d, c) in enumerate(self.entries)}
-
     def node(self, index: int) -> NodeResult:
         """The result of node ``index``; the next few nodes are computed ahead meanwhile."""
         self.effective_dtypes  # noqa: B018  (pairs and dtypes first, in this thread)
@@ -239,26 +224,27 @@ class Comparison:
             return result
         result.scalar_diffs = _scalar_diffs(call, bench)
         _settle(result)
-        if result.status == "fail" and self._incomparable_backward(dump, call, bench, result):
+        why = self._incomparable_backward(dump, call, bench) if result.status == "fail" else None
+        if why is not None:
             result.status = "skip"
             result.reason = (
                 f"{bench.name} is a PyTorch API backward: msprobe records the gradient of the "
                 "API's last internal op, not the gradients w.r.t. its inputs that "
-                f"{dump.framework} records; compare gradients at module level (L0/mix) instead")
+                f"{dump.framework} records; compare gradients at module level (L0/mix) "
+                f"instead ({why})"
+            )
         return result
 
-    def _incomparable_backward(
-        self, dump: Dump, call: Call, bench: Call, result: NodeResult
-    ) -> bool:
-        bench_fw = self.bench.dumps[(dump.step, dump.rank)].framework
-        if call.kind != "api" or call.direction != "backward" or bench_fw == dump.framework:
-            return False
-        if bench_fw != "pytorch" and dump.framework != "pytorch":
-            return False
-        pt_op = bench.op if bench_fw == "pytorch" else call.op
-        shapes_differ = all(getattr(t.metrics, "status", "") == "shape_mismatch"
-                            for t in result.failing_outputs)
-        return shapes_differ or pt_op in PT_COMPOSITE_BACKWARD
+    def _incomparable_backward(self, dump: Dump, call: Call, bench: Call) -> str | None:
+        """Why a cross-framework API backward pair is not comparable (align.py decides)."""
+        bench_dump = self.bench.dumps[(dump.step, dump.rank)]
+        if call.kind != "api" or call.direction != "backward":
+            return None
+        if bench_dump.framework == dump.framework:
+            return None
+        from pytest_accuracy.align import incomparable_backward  # loads the API map
+
+        return incomparable_backward(dump, bench_dump, call, bench)
 
     def _unmatched_reason(self, dump: Dump, call: Call) -> str:
         if (dump.step, dump.rank) not in self.bench.dumps:

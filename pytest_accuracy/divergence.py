@@ -8,7 +8,7 @@ from typing import Any
 
 from pytest_accuracy.compare import Comparison, NodeResult, TensorComparison
 from pytest_accuracy.dumps.model import TensorRecord
-from pytest_accuracy.metrics import TensorMetrics
+from pytest_accuracy.metrics import StatsMetrics, TensorMetrics
 
 
 @dataclass(frozen=True)
@@ -117,12 +117,12 @@ def _summary(t: TensorComparison) -> str:
             f"rel err {m.rel_l2_err:.3g}  cosine {m.cosine:.6f}  "
             f"max abs {m.max_abs_err:.3g}  [{t.dtype}]  {verdict}"
         )
-    if t.method == "statistics":
+    if isinstance(m, StatsMetrics):
         return (
-            f"norm rel err {_fmt(getattr(m, 'norm_relative_err', None))}  "
-            f"range rel err {_fmt(getattr(m, 'range_rel_err', None))}  [{t.dtype}]  {verdict}"
+            f"norm rel err {_fmt(m.norm_relative_err)}  "
+            f"range rel err {_fmt(m.range_rel_err)}  [{t.dtype}]  {verdict}"
         )
-    return f"{getattr(m, 'status', '')}  {verdict}"
+    return f"{m.status}  {verdict}"
 
 
 def _fmt(value: float | None) -> str:

@@ -16,7 +16,7 @@ Edge cases (all documented in the README, section "Metrics"):
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -37,15 +37,9 @@ class TensorMetrics:
     one_thousandth_err_ratio: float | None = None
     five_thousandths_err_ratio: float | None = None
     rel_l2_err: float | None = None  # ||n - b|| / ||b||: scale-free, robust to near-zero elements
-    max_abs_bench: float | None = None
     worst_index: tuple[int, ...] | None = None
     nonfinite_npu: int = 0
     nonfinite_bench: int = 0
-
-    def as_dict(self) -> dict[str, object]:
-        out = asdict(self)
-        out["worst_index"] = list(self.worst_index) if self.worst_index is not None else None
-        return out
 
 
 def tensor_metrics(npu: np.ndarray, bench: np.ndarray) -> TensorMetrics:
@@ -59,8 +53,8 @@ def tensor_metrics(npu: np.ndarray, bench: np.ndarray) -> TensorMetrics:
     acc = _Accumulator()
     n_flat, b_flat = npu.reshape(-1), bench.reshape(-1)
     for start in range(0, n_flat.size, _CHUNK):
-        n = _as_float64(n_flat[start:start + _CHUNK])
-        b = _as_float64(b_flat[start:start + _CHUNK])
+        n = _as_float64(n_flat[start : start + _CHUNK])
+        b = _as_float64(b_flat[start : start + _CHUNK])
         if not acc.add(n, b, start):
             return _with_nonfinite(_as_float64(n_flat), _as_float64(b_flat), npu.shape)
     return acc.result(npu.shape, (0, 0))
@@ -76,7 +70,7 @@ class _Accumulator:
 
     def __init__(self) -> None:
         self.nn = self.bb = self.nb = self.dd = 0.0
-        self.max_abs, self.worst, self.max_abs_b, self.max_rel = -1.0, 0, 0.0, 0.0
+        self.max_abs, self.worst, self.max_rel = -1.0, 0, 0.0
         self.below = [0, 0]  # elements with relative error < 1e-3, < 5e-3
         self.size = 0
 
@@ -94,7 +88,6 @@ class _Accumulator:
         if d[i] > self.max_abs:
             self.max_abs, self.worst = float(d[i]), offset + i
         abs_b = np.abs(b)
-        self.max_abs_b = max(self.max_abs_b, float(abs_b.max()))
         zero_b = abs_b == 0
         # rel < t  <=>  |d| < t*|b| where b != 0; where b == 0, rel is 0 (d == 0) or inf.
         exact_zero = int(np.count_nonzero(zero_b & (d == 0)))
@@ -119,7 +112,6 @@ class _Accumulator:
             one_thousandth_err_ratio=self.below[0] / self.size,
             five_thousandths_err_ratio=self.below[1] / self.size,
             rel_l2_err=(dist / norm_b) if norm_b > _TINY else (0.0 if dist <= _TINY else math.inf),
-            max_abs_bench=self.max_abs_b,
             worst_index=tuple(int(i) for i in np.unravel_index(self.worst, shape)),
             nonfinite_npu=counts[0],
             nonfinite_bench=counts[1],
@@ -138,8 +130,9 @@ def _with_nonfinite(n: np.ndarray, b: np.ndarray, shape: tuple[int, ...]) -> Ten
     counts = (int(n_bad.sum()), int(b_bad.sum()))
     same = np.array_equal(n_bad, b_bad) and np.array_equal(n[n_bad], b[b_bad], equal_nan=True)
     if not same:
-        return TensorMetrics("nonfinite_mismatch", nonfinite_npu=counts[0],
-                             nonfinite_bench=counts[1])
+        return TensorMetrics(
+            "nonfinite_mismatch", nonfinite_npu=counts[0], nonfinite_bench=counts[1]
+        )
     acc = _Accumulator()
     acc.add(np.where(n_bad, 0.0, n), np.where(b_bad, 0.0, b), 0)
     return acc.result(shape, counts)
@@ -183,9 +176,6 @@ class StatsMetrics:
     range_rel_err: float | None = None
     nonfinite_npu: int = 0
     nonfinite_bench: int = 0
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def stats_metrics(npu: Stats, bench: Stats) -> StatsMetrics:

@@ -208,6 +208,3 @@ class DumpSet:
     @property
     def level(self) -> str:
         return next(iter(self)).level if self.dumps else "unknown"
-
-    def n_calls(self) -> int:
-        return sum(len(d) for d in self.dumps.values())

@@ -50,6 +50,7 @@ class AccuracySuite(pytest.Collector):
 
     def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
         from pytest_accuracy.suite.compare_items import CompareGroup
+        from pytest_accuracy.suite.state import STATE_KEY
 
         state = self.config.stash[STATE_KEY]
         if state.has_dumps:
@@ -57,5 +58,3 @@ class AccuracySuite(pytest.Collector):
         for name, group in state.extra_groups():
             yield group.from_parent(self, name=name)
 
-
-from pytest_accuracy.suite.state import STATE_KEY  # noqa: E402  (cycle: state needs the bases)

@@ -50,7 +50,7 @@ class CompareItem(AccuracyItem):
         record = node_record(result, first)
         record["order"] = self.index
         if first is not None:
-            record["first"] = first.as_dict()
+            record["first"] = {**first.as_dict(), "index": first.index}
         self.stash[RECORD_KEY] = record
         if result.status in ("unmatched", "skip"):
             pytest.skip(f"{result.status}: {result.reason}")

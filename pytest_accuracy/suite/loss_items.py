@@ -31,10 +31,15 @@ def read_logs(config: pytest.Config) -> tuple[Any, list[Any]]:
 
 class LossGroup(AccuracyGroup):
     @cached_property
+    def logs(self) -> tuple[Any, list[Any]]:
+        """Parsed once per process: a log of a million lines takes seconds to read."""
+        return read_logs(self.config)
+
+    @cached_property
     def report(self) -> Any:
         from pytest_accuracy.curves import evaluate
 
-        npu, benches = read_logs(self.config)
+        npu, benches = self.logs
         return evaluate(npu, benches, loss_criteria(self.config))
 
     def collect(self) -> Iterator[pytest.Item]:
@@ -43,7 +48,7 @@ class LossGroup(AccuracyGroup):
         for name in CHECKS:
             if name in names:
                 yield LossItem.from_parent(self, name=name, check=name)
-        npu, benches = read_logs(self.config)
+        npu, benches = self.logs
         if npu.local_norm is not None and benches[0].local_norm is not None:
             yield LocalNormLogItem.from_parent(self, name="local_norm")
 
@@ -67,7 +72,7 @@ class LossItem(AccuracyItem):
             "report": report.to_dict(), "criteria": _criteria_dict(report.criteria),
         }
         if self.check == "first_loss":
-            _maybe_write_golden(self.config)
+            _maybe_write_golden(self.config, group.logs[0])
         if result.status == "skip":
             pytest.skip(result.message)
         if result.status == "fail":
@@ -80,14 +85,12 @@ def _criteria_dict(criteria: Any) -> dict[str, Any]:
     return {k: v for k, v in asdict(criteria).items() if v is not None}
 
 
-def _maybe_write_golden(config: pytest.Config) -> None:
+def _maybe_write_golden(config: pytest.Config, npu: Any) -> None:
     target = setting(config, "write_golden")
     if target:
-        from pytest_accuracy.logs import read_log, write_golden
+        from pytest_accuracy.logs import write_golden
 
-        npu = path_setting(config, "npu_log")
-        if npu is not None:
-            write_golden(read_log(npu), Path(str(target)))
+        write_golden(npu, Path(str(target)))
 
 
 def loss_section(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -120,7 +123,9 @@ class LocalNormLogItem(AccuracyItem):
         from pytest_accuracy.curves import compare_local_norms
         from pytest_accuracy.gradients import load_name_rules
 
-        npu, benches = read_logs(self.config)
+        group = self.parent
+        assert isinstance(group, LossGroup)
+        npu, benches = group.logs
         rules = load_name_rules()
         original = {rules.canonical(str(p)): str(p) for p in npu.local_norm["param"]}
         frames = [t.local_norm.assign(param=t.local_norm["param"].map(rules.canonical))

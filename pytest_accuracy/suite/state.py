@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,8 +22,6 @@ class SuiteState:
     config: pytest.Config
     npu: Path | None
     bench: Path | None
-    records: list[dict[str, Any]] = field(default_factory=list)
-    group_records: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def has_dumps(self) -> bool:
