@@ -45,7 +45,7 @@ def read_log(
         data = path.read_bytes()
     except OSError as exc:
         raise AccuracyInputError(path, f"cannot read: {exc.strerror or exc}") from exc
-    if not data.strip():
+    if not data or data.isspace():  # isspace stops at the first other byte; strip copies
         raise AccuracyInputError(path, "empty file: no training steps")
     name = name or sniff(path, data)
     if name is None:

@@ -3,27 +3,28 @@
 from __future__ import annotations
 
 import re
-from collections import Counter
-from operator import itemgetter
 from pathlib import Path
 
 import numpy as np
 
+from pytest_accuracy.logs.fields import SEP, Fields, read_rows
 from pytest_accuracy.logs.table import (
     LogTable,
+    column_of,
     count_lines,
     cut_truncated_tail,
     finish,
     no_steps,
     to_float,
-    to_int,
 )
 
 FORMAT = "megatron"
 
-_LINE = re.compile(rb"iteration +(\d+)/ *\d+ *\|([^\n\r]*)")
+# A step record from the iteration number on; ``_ODD`` reads one outside the layout.
+_ROW = re.compile(rb"iteration +(\d+/[^\n]*)")
+_ODD = re.compile(rb"(\d+)/ *\d+ *\|([^\n\r]*)")
 _COMPLETE = re.compile(rb"\|\s*$")
-_SAMPLE = 200
+_HEAD = 1 << 24
 # Fields read into standard columns; every ``... loss`` key becomes a column too.
 _STANDARD = {
     "learning rate": "lr",
@@ -38,42 +39,40 @@ _UNRELIABLE = "current loss is not reliable"
 def parse(data: bytes, path: Path) -> LogTable:
     """Read every ``iteration N/M | key: value | ...`` line into a LogTable.
 
-    Speed: the field layout of the first lines is learnt and compiled into one
-    regex whose groups are the wanted fields in the file's own order; a line the
-    layout does not cover (extra or reordered fields) is read field by field.
+    Speed: the lines are parsed column-wise by ``fields.read_rows`` (pandas' C
+    tokenizer, keys checked per row); a line whose fields differ from its
+    block's layout (extra, missing or reordered keys) is read field by field.
     """
     data, tail = cut_truncated_tail(data, _COMPLETE)
     notes = [tail] if tail else []
-    keys = _learn_layout(data)
-    if keys is None:
+    rows = _ROW.findall(data)
+    parsed = read_rows(rows, _FIELDS)
+    cols = parsed.values
+    steps = np.nan_to_num(cols.pop("_step", np.full(len(rows), np.nan)), nan=-1).astype(np.int64)
+    odd = np.flatnonzero(parsed.odd).tolist()
+    bad = parsed.bad + sum(_fill_row(rows[i], i, steps, cols, len(rows)) for i in odd)
+    keep = steps >= 0
+    if not keep.any():
         raise no_steps(path, FORMAT)
-    wanted = [k for k in keys if _column(k) is not None]
-    rows = _layout_regex(keys, wanted).findall(data)
-    if not rows:
-        raise no_steps(path, FORMAT)
-    steps = to_int(list(map(itemgetter(0), rows)))
-    cols, bad = _columns(rows, wanted)
-    rest, fallback = list(map(itemgetter(-2), rows)), list(map(itemgetter(-1), rows))
-    odd = []
-    if any(fallback) or any(rest):
-        odd = [i for i in range(len(rows)) if fallback[i] or rest[i]]
-    for i in odd:
-        bad += _fill_row(fallback[i] or rest[i], i, cols, len(rows))
-    if odd:
+    if not keep.all():
+        steps, cols = steps[keep], {k: v[keep] for k, v in cols.items()}
+    if len(odd):
         notes.append(f"{len(odd)} line(s) with fields outside the learnt layout read one by one")
     if bad:
         notes.append(f"{bad} unparseable value(s) read as NaN")
-    skipped = _skipped(cols)
+    skipped = _skipped(cols, len(steps))
     loss_key = _primary_loss(cols)
-    cols["loss"] = cols[loss_key].copy() if loss_key else np.full(len(rows), np.nan)
+    cols["loss"] = cols[loss_key].copy() if loss_key else np.full(len(steps), np.nan)
     if loss_key and loss_key != "lm loss":
         notes.append(f"loss column taken from {loss_key!r} (no 'lm loss' key)")
-    if _UNRELIABLE.encode() in data:
+    # Both markers are printed from the first step on: the head is enough to look in.
+    head = data[:_HEAD]
+    if _UNRELIABLE.encode() in head:
         notes.append("run printed 'fix-router or fix-sub-seq-length is set, " + _UNRELIABLE + "'")
-    ignored = count_lines(data) - len(rows)
+    ignored = count_lines(data) - len(steps)
     if ignored > 0:
         notes.append(f"{ignored} line(s) without a step record ignored")
-    fmt = "mindspeed-llm" if b">>  iteration" in data or b"core attn ratio" in data else FORMAT
+    fmt = "mindspeed-llm" if b">>  iteration" in head or b"core attn ratio" in head else FORMAT
     return finish(path, fmt, steps, cols, skipped, notes)
 
 
@@ -88,16 +87,6 @@ def _split_fields(rest: bytes) -> list[tuple[str, bytes]]:
     return out
 
 
-def _learn_layout(data: bytes) -> tuple[str, ...] | None:
-    """The most common field-key sequence among the first iteration lines, or None."""
-    seen: Counter[tuple[str, ...]] = Counter()
-    for n, m in enumerate(_LINE.finditer(data)):
-        seen[tuple(key for key, _ in _split_fields(m.group(2)))] += 1
-        if n >= _SAMPLE:
-            break
-    return seen.most_common(1)[0][0] if seen else None
-
-
 def _column(key: str) -> str | None:
     """The table column a Megatron key feeds, or None for fields we do not keep."""
     if key in _STANDARD:
@@ -107,51 +96,30 @@ def _column(key: str) -> str | None:
     return None
 
 
-def _layout_regex(keys: tuple[str, ...], wanted: list[str]) -> re.Pattern[bytes]:
-    """Exact layout with single-literal classes (fast), else the raw rest of the line.
-
-    Groups: step, one per wanted field, exact rest, fallback rest.  The last field
-    stops at a newline so a line cut mid-value never swallows the next line.
-    """
-    parts = [rb"iteration +(\d+)/ *\d+ *\|(?:"]
-    for i, key in enumerate(keys):
-        stop = rb"\n" if i == len(keys) - 1 else b""
-        head = rb" *" + re.escape(key.encode())
-        if key in wanted:
-            parts.append(head + rb":([^|" + stop + rb"]*)\|")
-        else:
-            parts.append(head + rb"(?::[^|" + stop + rb"]*)?\|")
-    parts.append(rb"[ \r]*(.*)|(.*))")
-    return re.compile(b"".join(parts))
+_FIELDS = Fields(bytes.maketrans(b":/|\r", SEP * 3 + b" "), _column, fixed={0: "_step"})
 
 
-def _columns(rows: list[tuple[bytes, ...]], wanted: list[str]) -> tuple[dict[str, np.ndarray], int]:
-    cols: dict[str, np.ndarray] = {}
+def _fill_row(
+    row: bytes, i: int, steps: np.ndarray, cols: dict[str, np.ndarray], n: int
+) -> int:
+    """Read one line outside the layout into row ``i``; a line without a step stays dropped."""
+    m = _ODD.match(row)
+    if not m:
+        return 0
+    steps[i] = int(m.group(1))
     bad = 0
-    for i, key in enumerate(wanted, start=1):
-        name = _column(key)
-        assert name is not None
-        raw = list(map(itemgetter(i), rows))
-        cols[name], n_bad = to_float(raw)
-        bad += n_bad
-    return cols, bad
-
-
-def _fill_row(rest: bytes, i: int, cols: dict[str, np.ndarray], n: int) -> int:
-    bad = 0
-    for key, raw in _split_fields(rest):
+    for key, raw in _split_fields(m.group(2)):
         name = _column(key)
         if name is None:
             continue
         value, n_bad = to_float([raw])
         bad += n_bad
-        cols.setdefault(name, np.full(n, np.nan))[i] = value[0]
+        column_of(cols, name, n)[i] = value[0]
     return bad
 
 
-def _skipped(cols: dict[str, np.ndarray]) -> np.ndarray:
+def _skipped(cols: dict[str, np.ndarray], n: int) -> np.ndarray:
     """A step is skipped when Megatron counted a skipped or NaN iteration in it."""
-    n = len(next(iter(cols.values())))
     flag = np.zeros(n, dtype=bool)
     for key in ("_skipped", "_nan"):
         if key in cols:

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import re
-from collections import Counter
-from operator import itemgetter
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from pytest_accuracy.logs.fields import SEP, Fields, read_rows
 from pytest_accuracy.logs.table import (
     LogTable,
+    column_of,
     count_lines,
     cut_truncated_tail,
     finish,
@@ -20,15 +20,17 @@ from pytest_accuracy.logs.table import (
     to_int,
 )
 
-# MFLossMonitor generations G0-G4 share this head; the fields after the loss are
-# learnt from the file (see ``_layout_regex``) because one regex with every field
-# optional is twice as slow as an exact one.
-_HEAD = rb"Epoch:\[ *(\d+)/ *\d+\], step:\[ *(\d+)/ *(\d+)\], loss: *"
+# A step record from the marker on: MFLossMonitor generations G0-G4 (``Epoch:[``)
+# or the 2026 dynamic-graph trainer (``{ step:[``, no epoch).  With local-norm
+# lines in the file (they start ``Epoch:[`` too) only records with a loss are taken.
+_EPOCH_ROW = re.compile(rb"Epoch:\[([^\n]*)")
+_EPOCH_LOSS_ROW = re.compile(rb"Epoch:\[([^\]\n]*\], step:\[[^\]\n]*\], loss[^\n]*)")
+_PYNATIVE_ROW = re.compile(rb"\{ step:\[([^\n]*)")
 _LOSS = rb"\[?([^,/\]\n]*)[^,\n]*"
-_FIRST = re.compile(_HEAD + _LOSS + rb"(.*)")
-_SAMPLE = 200
-# Dynamic-graph (pynative) trainer, 2026: no epoch, fields after the loss vary.
-_PYNATIVE = re.compile(rb"\{ step:\[ *(\d+)/ *\d+\], loss: *([^,\n]*), ([^\n\r]*)")
+# One record outside its block's layout, read field by field (groups: epoch,
+# step, steps per epoch, loss, rest; the dynamic-graph form has no epoch).
+_ODD_EPOCH = re.compile(rb" *(\d+)/ *\d+\], step:\[ *(\d+)/ *(\d+)\], loss: *" + _LOSS + rb"(.*)")
+_ODD_PYNATIVE = re.compile(rb" *()(\d+)/ *()\d+\], loss: *" + _LOSS + rb"(.*)")
 # TrainingStateMonitor ``local_norm_format: log`` lines.
 _LOCAL = re.compile(
     rb"Epoch:\[ *(\d+)/ *\d+\], step:\[ *(\d+)/ *(\d+)\] local_norm/([^\s:]+): *([^\s]+)"
@@ -36,11 +38,11 @@ _LOCAL = re.compile(
 _KV = re.compile(rb"^ *([A-Za-z_][\w /-]*?)(?:: *| +(?=\[))\[? *([^\]]*?) *\]?$")
 _COMPLETE = re.compile(rb"[\]T}]\s*$")
 _KEYS = {
-    b"lr": "lr",
-    b"global_norm": "grad_norm",
-    b"grad_norm": "grad_norm",
-    b"loss_scale": "loss_scale",
-    b"overflow cond": "overflow",
+    "lr": "lr",
+    "global_norm": "grad_norm",
+    "grad_norm": "grad_norm",
+    "loss_scale": "loss_scale",
+    "overflow cond": "overflow",
 }
 
 FORMAT = "mindformers"
@@ -50,14 +52,10 @@ def parse(data: bytes, path: Path) -> LogTable:
     """Read MFLossMonitor step lines (every generation) and local-norm lines."""
     data, tail = cut_truncated_tail(data, _COMPLETE)
     notes = [tail] if tail else []
-    layout = _learn_layout(data)
-    rows = _layout_regex(layout).findall(data) if layout is not None else []
-    if rows:
-        assert layout is not None
-        steps, cols, skipped = _fast_columns(rows, layout, notes)
-    else:
-        steps, cols, skipped = _pynative_columns(_PYNATIVE.findall(data), notes, path)
-    local = _local_norms(data, notes) if b"local_norm" in data else None
+    has_local = b"local_norm" in data
+    rows, spec, odd_re = _step_rows(data, has_local)
+    steps, cols, skipped = _columns(rows, spec, odd_re, notes)
+    local = _local_norms(data, notes) if has_local else None
     step_lines = len(steps)
     if not len(steps) and local is not None:
         # A TrainingStateMonitor-only log: rows are the local-norm steps, no loss.
@@ -75,6 +73,80 @@ def parse(data: bytes, path: Path) -> LogTable:
     return finish(path, FORMAT, steps, cols, skipped, notes, local)
 
 
+def _column(key: str) -> str | None:
+    """The column a MindFormers field feeds (``overflow`` for the flag), or None."""
+    if key == "step":
+        return "_step"
+    return _KEYS.get(key, key if key.endswith("loss") else None)
+
+
+_PLACE = ("_epoch", "_step", "_per_epoch")  # where a record is: read into the global step
+_TABLE = bytes.maketrans(b",:/[]{}\r\t", SEP * 3 + b" " * 6)
+_EPOCH_FIELDS = Fields(_TABLE, _column, {0: "_epoch", 4: "_per_epoch"}, frozenset({"overflow"}))
+_PYNATIVE_FIELDS = Fields(_TABLE, _column, {0: "_step"}, frozenset({"overflow"}))
+
+
+def _step_rows(
+    data: bytes, has_local: bool
+) -> tuple[list[bytes], Fields, re.Pattern[bytes]]:
+    """The step records of the file and how to read them."""
+    rows = (_EPOCH_LOSS_ROW if has_local else _EPOCH_ROW).findall(data)
+    if rows:
+        return rows, _EPOCH_FIELDS, _ODD_EPOCH
+    return _PYNATIVE_ROW.findall(data), _PYNATIVE_FIELDS, _ODD_PYNATIVE
+
+
+def _columns(
+    rows: list[bytes], spec: Fields, odd_re: re.Pattern[bytes], notes: list[str]
+) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
+    """Global steps, value columns and overflow flags of the step records."""
+    n = len(rows)
+    parsed = read_rows(rows, spec)
+    cols = parsed.values
+    overflow = parsed.flags.get("overflow", np.zeros(n, dtype=bool))
+    place = {k: cols.pop(k) if k in cols else np.full(n, np.nan) for k in _PLACE}
+    odd = np.flatnonzero(parsed.odd).tolist()
+    bad = parsed.bad
+    for i in odd:
+        bad += _read_odd(rows[i], i, odd_re, cols, overflow, place)
+    keep = ~np.isnan(place["_step"])
+    if not keep.all():
+        cols = {k: v[keep] for k, v in cols.items()}
+        overflow, place = overflow[keep], {k: v[keep] for k, v in place.items()}
+    steps = place["_step"].astype(np.int64)
+    epoch = np.nan_to_num(place["_epoch"], nan=1.0)
+    if (epoch != 1).any():
+        # Step is within the epoch: global step = (epoch - 1) * steps_per_epoch + step.
+        steps += ((epoch - 1) * np.nan_to_num(place["_per_epoch"])).astype(np.int64)
+    cols.setdefault("loss", np.full(len(steps), np.nan))
+    if len(odd):
+        notes.append(f"{len(odd)} step line(s) outside the learnt field layout read one by one")
+    if bad:
+        notes.append(f"{bad} unparseable value(s) read as NaN")
+    return steps, cols, overflow
+
+
+def _read_odd(
+    row: bytes,
+    i: int,
+    odd_re: re.Pattern[bytes],
+    cols: dict[str, np.ndarray],
+    overflow: np.ndarray,
+    place: dict[str, np.ndarray],
+) -> int:
+    """Fill row ``i`` from its own text; a record that is no step line stays without a step."""
+    m = odd_re.match(row)
+    if not m:
+        return 0
+    epoch, step, per_epoch, loss, rest = m.groups()
+    place["_step"][i] = int(step)
+    if epoch:
+        place["_epoch"][i], place["_per_epoch"][i] = int(epoch), int(per_epoch)
+    value, bad = to_float([loss])
+    column_of(cols, "loss", len(overflow))[i] = value[0]
+    return bad + _fill_from_text(rest, i, cols, overflow, len(overflow), overwrite=True)
+
+
 def _split(rest: bytes) -> list[tuple[bytes, bytes]]:
     """``b", lr: 1e-05, global_norm [3.2]"`` → [(b"lr", b"1e-05"), (b"global_norm", b"[3.2]")]."""
     out = []
@@ -83,78 +155,6 @@ def _split(rest: bytes) -> list[tuple[bytes, bytes]]:
         if m:
             out.append((m.group(1).strip(), m.group(2)))
     return out
-
-
-def _learn_layout(data: bytes) -> tuple[tuple[bytes, bool], ...] | None:
-    """The most common field layout (key, bracketed value) after the loss in the first lines."""
-    seen: Counter[tuple[tuple[bytes, bool], ...]] = Counter()
-    for n, m in enumerate(_FIRST.finditer(data)):
-        parts = m.group(5).strip(b" ,}\r").split(b", ")
-        keys = tuple(
-            (kv.group(1).strip(), b"[" in p.partition(b":")[2])
-            for p in parts
-            if (kv := _KV.match(p))
-        )
-        seen[keys] += 1
-        if n >= _SAMPLE:
-            break
-    return seen.most_common(1)[0][0] if seen else None
-
-
-def _layout_regex(layout: tuple[tuple[bytes, bool], ...]) -> re.Pattern[bytes]:
-    """Exact layout (fast, single-literal classes) or, failing that, the raw rest of line.
-
-    Groups: epoch, step, steps/epoch, loss, one per layout field, exact rest, fallback rest.
-    The last field stops at a newline so a truncated line never swallows the next one.
-    """
-    fields = []
-    for i, (key, bracket) in enumerate(layout):
-        stop = rb"\n" if i == len(layout) - 1 else b""
-        value = rb"\[([^\]" + stop + rb"]*)\]" if bracket else rb"([^," + stop + rb"]*)"
-        if _name(key) is None:  # not kept: do not pay for a group
-            value = value.replace(b"(", b"").replace(b")", b"")
-        fields.append(rb", " + re.escape(key) + rb":? *" + value)
-    return re.compile(_HEAD + _LOSS + rb"(?:" + b"".join(fields) + rb"[ }\r]*(.*)|(.*))")
-
-
-def _name(key: bytes) -> str | None:
-    """The column a MindFormers field feeds (``overflow`` for the flag), or None."""
-    return _KEYS.get(key, key.decode() if key.endswith(b"loss") else None)
-
-
-def _fast_columns(
-    rows: list[tuple[bytes, ...]], layout: tuple[tuple[bytes, bool], ...], notes: list[str]
-) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
-    """Columns from the layout regex; only lines that miss the layout go field by field."""
-    kept = [key for key, _ in layout if _name(key) is not None]
-    n, width = len(rows), 4 + len(kept) + 2
-    col = [list(map(itemgetter(i), rows)) for i in range(width)]
-    steps = to_int(col[1])
-    if set(col[0]) != {b"1"}:
-        # Step is within the epoch: global step = (epoch - 1) * steps_per_epoch + step.
-        steps = (to_int(col[0]) - 1) * to_int(col[2]) + steps
-    cols, bad = {"loss": to_float(col[3])[0]}, 0
-    overflow = np.zeros(n, dtype=bool)
-    for j, key in enumerate(kept, start=4):
-        name = _name(key)
-        if name == "overflow":
-            if set(col[j]) - {b"False", b""}:
-                overflow = np.fromiter(map(_is_true, col[j]), bool, n)
-        elif name is not None:
-            cols[name], n_bad = to_float(col[j])
-            bad += n_bad
-    rest, fallback = col[-2], col[-1]
-    odd = []
-    if any(fallback) or any(rest):
-        odd = [i for i in range(n) if fallback[i] or rest[i]]
-    for i in odd:
-        text = fallback[i] or rest[i]
-        bad += _fill_from_text(text, i, cols, overflow, n, overwrite=bool(fallback[i]))
-    if odd:
-        notes.append(f"{len(odd)} step line(s) outside the learnt field layout read one by one")
-    if bad:
-        notes.append(f"{bad} unparseable value(s) read as NaN")
-    return steps, cols, overflow
 
 
 def _is_true(raw: bytes) -> bool:
@@ -173,34 +173,18 @@ def _fill_from_text(
     """Fill row ``i`` from the ``key: value`` fields of ``text``."""
     bad = 0
     for key, raw in _split(text):
-        name = _name(key)
-        if name is None:
+        name = _column(key.decode("utf-8", "replace"))
+        if name is None or name == "_step":
             continue
         if name == "overflow":
             overflow[i] = _is_true(raw)
             continue
         value, n_bad = to_float([raw])
         bad += n_bad
-        column = cols.setdefault(name, np.full(n, np.nan))
+        column = column_of(cols, name, n)
         if overwrite or np.isnan(column[i]):
             column[i] = value[0]
     return bad
-
-
-def _pynative_columns(
-    rows: list[tuple[bytes, bytes, bytes]], notes: list[str], path: Path
-) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
-    """Columns from dynamic-graph trainer lines (``{ step:[..], loss: .., grad_norm: .. }``)."""
-    n = len(rows)
-    steps = to_int([r[0] for r in rows])
-    loss, bad = to_float([r[1] for r in rows])
-    cols: dict[str, np.ndarray] = {"loss": loss}
-    overflow = np.zeros(n, dtype=bool)
-    for i, row in enumerate(rows):
-        bad += _fill_from_text(row[2], i, cols, overflow, n)
-    if bad:
-        notes.append(f"{bad} unparseable value(s) read as NaN")
-    return steps, cols, overflow
 
 
 def _local_norms(data: bytes, notes: list[str]) -> pd.DataFrame | None:

@@ -78,6 +78,8 @@ def _one_float(raw: bytes | str | float | None) -> tuple[float, bool]:
         return float(raw), True
     text = raw.encode() if isinstance(raw, str) else raw
     text = text.strip().strip(b"[]()").strip()
+    if text.lower() in _MISSING or text.lower().startswith(b"n/a"):
+        return np.nan, True
     if b"/" in text:  # non-sink ``loss:[current/running mean]``: the first is the step's
         text = text.split(b"/")[0].strip()
     try:
@@ -90,6 +92,13 @@ def _one_float(raw: bytes | str | float | None) -> tuple[float, bool]:
     if text in (b"True", b"False"):
         return float(text == b"True"), True
     return np.nan, False
+
+
+def column_of(cols: dict[str, np.ndarray], name: str, n: int) -> np.ndarray:
+    """``cols[name]``, created all-NaN on first use (``setdefault`` would allocate every call)."""
+    if name not in cols:
+        cols[name] = np.full(n, np.nan)
+    return cols[name]
 
 
 def to_int(values: Sequence[bytes | str]) -> np.ndarray:

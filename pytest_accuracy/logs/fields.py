@@ -1,0 +1,178 @@
+"""Column-wise reading of step lines through pandas' C tokenizer, validated key by key.
+
+Log lines are ``key: value`` records in a fixed order.  Instead of one Python
+regex match per line (the cost that dominated), the step lines of a block are
+joined, their separators translated to one byte, and parsed by ``read_csv``
+as positional fields.  Positions come from the block's own first lines; every
+kept value's key is checked in every row (a key that differs marks the row
+"odd"), so a line with extra, missing or reordered fields is never read by
+position: the caller reads odd rows one by one.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+import pandas as pd
+
+from pytest_accuracy.logs.table import to_float
+
+SEP = b"\x1f"  # ASCII unit separator: never in a log line we read
+_SEP_STR = SEP.decode("latin-1")
+_BLOCK = 1 << 16  # rows per read_csv call: bounded memory, one layout per block
+_SAMPLE = 64  # rows a block's layout is learnt from
+# Value texts that mean "no value" (pandas reads them as NaN, and so does to_float).
+_NA = ["", "nan", "NaN", "NAN", "-nan", "None", "none", "N/A", "n/a", "NA", "na", "null", "-"]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a block's fields are: the exact key token before each kept value."""
+
+    width: int  # fields per row, counting the empty sentinel field appended to each row
+    keys: tuple[tuple[int, str], ...]  # (position, exact token with its spaces)
+    values: tuple[tuple[int, str], ...]  # (position, column name)
+
+
+@dataclass(frozen=True)
+class Fields:
+    """What a format tells the reader: how to split its lines and which values to keep."""
+
+    table: bytes  # bytes.translate table mapping the format's separators to SEP
+    column: Callable[[str], str | None]  # stripped key -> column name, or None to drop
+    fixed: dict[int, str]  # positions read without a key (e.g. the step right after the marker)
+    flags: frozenset[str] = frozenset()  # columns that hold True/False texts
+
+
+@dataclass
+class Columns:
+    """Per-row values of every block; ``odd`` rows must be read one by one by the caller."""
+
+    values: dict[str, np.ndarray]
+    flags: dict[str, np.ndarray]
+    odd: np.ndarray
+    bad: int  # values present but unparseable (read as NaN)
+
+
+def read_rows(rows: Sequence[bytes], spec: Fields) -> Columns:
+    """Parse ``rows`` (step lines from the marker on) block by block."""
+    n = len(rows)
+    out = Columns({}, {}, np.zeros(n, dtype=bool), 0)
+    for start in range(0, n, _BLOCK):
+        block = rows[start : start + _BLOCK]
+        layout = learn_layout(block[:_SAMPLE], spec)
+        if layout is None:
+            out.odd[start : start + len(block)] = True
+            continue
+        _read_block(block, layout, spec, out, start, n)
+    return out
+
+
+def learn_layout(sample: Sequence[bytes], spec: Fields) -> Layout | None:
+    """The most common field layout among ``sample`` (kept keys and their positions)."""
+    seen: Counter[Layout] = Counter()
+    for raw in sample:
+        tokens = (raw + SEP).translate(spec.table).decode("latin-1").split(_SEP_STR)
+        keys: dict[int, str] = {}
+        values = dict(spec.fixed)
+        for i, token in enumerate(tokens[:-2]):
+            name = spec.column(token.strip())
+            if name is not None and i not in values and i + 1 not in values:
+                keys[i], values[i + 1] = token, name
+        if keys and not any(_merged(t, spec) for t in tokens):
+            seen[Layout(len(tokens), tuple(keys.items()), tuple(values.items()))] += 1
+    return seen.most_common(1)[0][0] if seen else None
+
+
+def _merged(token: str, spec: Fields) -> bool:
+    """A kept key and its value in one field (``global_norm [3.2]``: no separator)."""
+    text = token.strip()
+    head = text.rpartition(" ")[0].strip()
+    return bool(head) and spec.column(text) is None and spec.column(head) is not None
+
+
+def _read_block(
+    block: Sequence[bytes], layout: Layout, spec: Fields, out: Columns, start: int, n: int
+) -> None:
+    # The appended SEP gives every row an empty last field: a row with more fields
+    # than the layout shows a non-empty one there.  The first line is a dummy row of
+    # exactly ``width`` fields (dropped below): pandas sizes rows by the first one.
+    keys = dict(layout.keys)
+    header = SEP.join(keys.get(i, "").encode("latin-1") for i in range(layout.width)) + b"\n"
+    text = header + (SEP + b"\n").join(block) + SEP + b"\n"
+    sentinel = layout.width - 1
+    kept = dict(layout.values)
+    na = {pos: [token] for pos, token in keys.items()}
+    na.update({pos: _NA for pos in kept})
+    na[sentinel] = [""]
+    frame = pd.read_csv(
+        io.BytesIO(text.translate(spec.table)),
+        sep=_SEP_STR,
+        header=None,
+        names=range(layout.width),
+        usecols=sorted(na),
+        dtype={pos: "category" for pos, name in kept.items() if name in spec.flags},
+        keep_default_na=False,
+        na_values=cast(Any, na),  # per-position NA texts; the stubs only allow names
+        quoting=csv.QUOTE_NONE,
+        skip_blank_lines=False,
+        encoding="latin-1",
+        engine="c",
+    ).iloc[1:]
+    rows = slice(start, start + len(block))
+    # A kept key that matched reads as NaN (it is the column's only NA text).
+    odd = frame[sentinel].notna().to_numpy().copy()
+    for pos in keys:
+        odd |= frame[pos].notna().to_numpy()
+    out.odd[rows] |= odd
+    for pos, name in kept.items():
+        column = frame[pos]
+        if name in spec.flags:
+            if name not in out.flags:
+                out.flags[name] = np.zeros(n, dtype=bool)
+            out.flags[name][rows] = _flag(column) & ~odd
+            continue
+        numbers, bad = _numbers(column, odd)
+        if name not in out.values:  # a column can first appear in a later block
+            out.values[name] = np.full(n, np.nan)
+        dest = out.values[name][rows]
+        dest[:] = numbers
+        dest[odd] = np.nan  # read by position from a row whose fields are elsewhere
+        out.bad += bad
+
+
+def _numbers(column: pd.Series, odd: np.ndarray) -> tuple[np.ndarray, int]:
+    """float64 values; a column pandas could not type is converted text by text."""
+    if column.dtype.kind in "fiub":
+        return column.to_numpy(dtype=np.float64, na_value=np.nan), 0
+    texts = column.to_numpy(dtype=object)
+    values, _ = to_float([t if isinstance(t, str) else "" for t in texts])
+    # Only rows inside the layout count as bad values; odd rows are read again.
+    present = column.notna().to_numpy() & ~odd
+    return values, int((np.isnan(values) & present & ~_missing(texts)).sum())
+
+
+def _missing(texts: np.ndarray) -> np.ndarray:
+    """Texts that are a "no value" marker once stripped (NaN by design, not junk)."""
+    return np.fromiter(
+        (isinstance(t, str) and t.strip().strip("[]").strip().lower() in _NA_LOWER for t in texts),
+        bool,
+        count=len(texts),
+    )
+
+
+_NA_LOWER = {t.lower() for t in _NA} | {"unavailable"}
+
+
+def _flag(column: pd.Series) -> np.ndarray:
+    """True/False texts (``False``, ``[ True]``) as bool; NaN is False."""
+    cat = column.astype("category")
+    truth = np.array([str(c).strip(" []") in ("True", "1") for c in cat.cat.categories], bool)
+    codes = cat.cat.codes.to_numpy()
+    return np.where(codes >= 0, truth[np.maximum(codes, 0)] if len(truth) else False, False)
