@@ -100,39 +100,16 @@ def _merged(token: str, spec: Fields) -> bool:
 def _read_block(
     block: Sequence[bytes], layout: Layout, spec: Fields, out: Columns, start: int, n: int
 ) -> None:
-    # The appended SEP gives every row an empty last field: a row with more fields
-    # than the layout shows a non-empty one there.  The first line is a dummy row of
-    # exactly ``width`` fields (dropped below): pandas sizes rows by the first one.
-    keys = dict(layout.keys)
-    header = SEP.join(keys.get(i, "").encode("latin-1") for i in range(layout.width)) + b"\n"
-    text = header + (SEP + b"\n").join(block) + SEP + b"\n"
-    sentinel = layout.width - 1
-    kept = dict(layout.values)
-    na = {pos: [token] for pos, token in keys.items()}
-    na.update({pos: _NA for pos in kept})
-    na[sentinel] = [""]
-    frame = pd.read_csv(
-        io.BytesIO(text.translate(spec.table)),
-        sep=_SEP_STR,
-        header=None,
-        names=range(layout.width),
-        usecols=sorted(na),
-        dtype={pos: "category" for pos, name in kept.items() if name in spec.flags},
-        keep_default_na=False,
-        na_values=cast(Any, na),  # per-position NA texts; the stubs only allow names
-        quoting=csv.QUOTE_NONE,
-        skip_blank_lines=False,
-        encoding="latin-1",
-        engine="c",
-    ).iloc[1:]
+    frame = _tokenize(block, layout, spec)
     rows = slice(start, start + len(block))
-    # A kept key that matched reads as NaN (it is the column's only NA text).
-    odd = frame[sentinel].notna().to_numpy().copy()
-    for pos in keys:
-        odd |= frame[pos].notna().to_numpy()
+    # A kept key that matched reads as NaN (it is the column's only NA text); row 0 is
+    # the dummy row.
+    odd = frame[layout.width - 1].notna().to_numpy()[1:].copy()
+    for pos, _ in layout.keys:
+        odd |= frame[pos].notna().to_numpy()[1:]
     out.odd[rows] |= odd
-    for pos, name in kept.items():
-        column = frame[pos]
+    for pos, name in layout.values:
+        column = frame[pos].iloc[1:]
         if name in spec.flags:
             if name not in out.flags:
                 out.flags[name] = np.zeros(n, dtype=bool)
@@ -145,6 +122,35 @@ def _read_block(
         dest[:] = numbers
         dest[odd] = np.nan  # read by position from a row whose fields are elsewhere
         out.bad += bad
+
+
+def _tokenize(block: Sequence[bytes], layout: Layout, spec: Fields) -> pd.DataFrame:
+    """The kept keys, kept values and the sentinel of every row; row 0 is a dummy.
+
+    The appended SEP gives every row an empty last field: a row with more fields
+    than the layout shows a non-empty one there.  The dummy first row has exactly
+    ``width`` fields, the layout's keys in place: pandas sizes rows by the first one.
+    """
+    keys = dict(layout.keys)
+    dummy = SEP.join(keys.get(i, "").encode("latin-1") for i in range(layout.width)) + b"\n"
+    text = dummy + (SEP + b"\n").join(block) + SEP + b"\n"
+    na = {pos: [token] for pos, token in keys.items()}
+    na.update({pos: _NA for pos, _ in layout.values})
+    na[layout.width - 1] = [""]
+    return pd.read_csv(
+        io.BytesIO(text.translate(spec.table)),
+        sep=_SEP_STR,
+        header=None,
+        names=range(layout.width),
+        usecols=sorted(na),
+        dtype={pos: "category" for pos, name in layout.values if name in spec.flags},
+        keep_default_na=False,
+        na_values=cast(Any, na),  # per-position NA texts; the stubs only allow names
+        quoting=csv.QUOTE_NONE,
+        skip_blank_lines=False,
+        encoding="latin-1",
+        engine="c",
+    )
 
 
 def _numbers(column: pd.Series, odd: np.ndarray) -> tuple[np.ndarray, int]:
