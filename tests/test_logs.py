@@ -66,7 +66,9 @@ def test_mindformers_skip_data_doc() -> None:
     assert list(t.steps) == [1, 2]
     assert list(t.frame["grad_norm"]) == [44.313248, 47.329006]
     assert list(t.frame["loss"]) == [0.0, 0.0]
-    assert "7 other line(s) ignored (not step records)" in t.notes
+    assert list(t.frame["skipped"]) == [True, True]  # is_skip: [ True] after each step
+    assert "2 step(s) whose update skip-data dropped (is_skip: True)" in t.notes
+    assert "5 other line(s) ignored (not step records)" in t.notes
 
 
 def test_mindformers_legacy_file_handler_line() -> None:
@@ -362,3 +364,17 @@ def test_megatron_other_lines_are_not_steps(tmp_path: Path) -> None:
     t = read_log(write(tmp_path, "train.log", "\n".join(lines) + "\n"))
     assert list(t.steps) == [10, 20] and list(t.frame["loss"]) == [3.0, 2.0]
     assert "3 line(s) without a step record ignored" in t.notes
+
+
+def test_mindformers_is_skip_marks_the_step_above_it(tmp_path: Path) -> None:
+    line = (
+        "- INFO - {{ Epoch:[  2/  2], step:[    {s}/    3], loss: 2.0, per_step_time: 5ms, "
+        "lr: 1e-05, overflow cond: False, loss_scale: 1.0, global_norm: [4.0], "
+        "train_throughput_per_npu: 1.0T\n"
+    )
+    skip = "- INFO - opt_global_step: 3, skip_data_grad_norm_threshold: 3.0, is_skip: [ {v}]\n"
+    text = line.format(s=1) + skip.format(v="False") + line.format(s=2) + skip.format(v="True")
+    t = read_log(write(tmp_path, "worker_0.log", text + line.format(s=3)))
+    assert list(t.steps) == [4, 5, 6]  # epoch 2 of 3-step epochs
+    assert list(t.frame["skipped"]) == [False, True, False]
+    assert "1 step(s) whose update skip-data dropped (is_skip: True)" in t.notes

@@ -26,6 +26,9 @@ from pytest_accuracy.logs.table import (
 _EPOCH_ROW = re.compile(rb"Epoch:\[([^\n]*)")
 _EPOCH_LOSS_ROW = re.compile(rb"Epoch:\[([^\]\n]*\], step:\[[^\]\n]*\], loss[^\n]*)")
 _PYNATIVE_ROW = re.compile(rb"\{ step:\[([^\n]*)")
+# Skip-data (``skip_data_grad_norm_threshold``): the line after a step's record.
+_IS_SKIP = re.compile(rb"is_skip: *\[? *True")
+_STEP_HEAD = re.compile(rb"(?:Epoch:\[ *(\d+)/ *\d+\], )?step:\[ *(\d+)/ *(\d+)\]")
 _LOSS = rb"\[?([^,/\]\n]*)[^,\n]*"
 # One record outside its block's layout, read field by field (groups: epoch,
 # step, steps per epoch, loss, rest; the dynamic-graph form has no epoch).
@@ -55,6 +58,8 @@ def parse(data: bytes, path: Path) -> LogTable:
     has_local = b"local_norm" in data
     rows, spec, odd_re = _step_rows(data, has_local)
     steps, cols, skipped = _columns(rows, spec, odd_re, notes)
+    if b"is_skip" in data:
+        skipped = skipped | _skip_data(data, steps, notes)
     local = _local_norms(data, notes) if has_local else None
     step_lines = len(steps)
     if not len(steps) and local is not None:
@@ -67,10 +72,25 @@ def parse(data: bytes, path: Path) -> LogTable:
         raise no_steps(path, FORMAT)
     if np.isnan(cols["loss"]).any() and b"loss: N/A" in data:
         notes.append("loss N/A on this rank (non-last pipeline stage): read the last stage's log")
-    ignored = count_lines(data) - step_lines - (0 if local is None else len(local))
+    read = step_lines + (0 if local is None else len(local)) + data.count(b"is_skip:")
+    ignored = count_lines(data) - read
     if ignored > 0:
         notes.append(f"{ignored} other line(s) ignored (not step records)")
     return finish(path, FORMAT, steps, cols, skipped, notes, local)
+
+
+def _skip_data(data: bytes, steps: np.ndarray, notes: list[str]) -> np.ndarray:
+    """Steps whose update skip-data dropped (``is_skip: [ True]`` after the step's line)."""
+    skip = set()
+    for m in _IS_SKIP.finditer(data):
+        line = data.rfind(b"\n", 0, data.rfind(b"step:[", 0, m.start())) + 1
+        head = _STEP_HEAD.search(data, line, m.start())
+        if head:
+            epoch, step, per_epoch = (int(g or 1) for g in head.groups())
+            skip.add((epoch - 1) * per_epoch + step if head.group(1) else step)
+    if skip:
+        notes.append(f"{len(skip)} step(s) whose update skip-data dropped (is_skip: True)")
+    return np.isin(steps, sorted(skip))
 
 
 def _column(key: str) -> str | None:
