@@ -58,7 +58,8 @@ def parse(data: bytes, path: Path) -> LogTable:
     has_local = b"local_norm" in data
     rows, spec, odd_re = _step_rows(data, has_local)
     steps, cols, skipped = _columns(rows, spec, odd_re, notes)
-    if b"is_skip" in data:
+    has_skip = b"is_skip" in data
+    if has_skip:
         skipped = skipped | _skip_data(data, steps, notes)
     local = _local_norms(data, notes) if has_local else None
     step_lines = len(steps)
@@ -72,7 +73,8 @@ def parse(data: bytes, path: Path) -> LogTable:
         raise no_steps(path, FORMAT)
     if np.isnan(cols["loss"]).any() and b"loss: N/A" in data:
         notes.append("loss N/A on this rank (non-last pipeline stage): read the last stage's log")
-    read = step_lines + (0 if local is None else len(local)) + data.count(b"is_skip:")
+    read = step_lines + (0 if local is None else len(local))
+    read += data.count(b"is_skip:") if has_skip else 0
     ignored = count_lines(data) - read
     if ignored > 0:
         notes.append(f"{ignored} other line(s) ignored (not step records)")
