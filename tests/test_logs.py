@@ -378,3 +378,21 @@ def test_mindformers_is_skip_marks_the_step_above_it(tmp_path: Path) -> None:
     assert list(t.steps) == [4, 5, 6]  # epoch 2 of 3-step epochs
     assert list(t.frame["skipped"]) == [False, True, False]
     assert "1 step(s) whose update skip-data dropped (is_skip: True)" in t.notes
+
+
+def test_hf_printed_dicts_take_steps_from_the_runs_trainer_state(tmp_path: Path) -> None:
+    printed = (SAMPLES / "hf_trainer_issue_lines.txt").read_text().splitlines()[1:5]
+    log = write(tmp_path, "train.log", "\n".join(printed) + "\n")
+    losses = [10.5949, 8.2312, 7.8988]  # the checkpoint was saved before the 4th log
+    state = {"log_history": [{"loss": v, "step": 10 * (i + 1)} for i, v in enumerate(losses)]}
+    (tmp_path / "checkpoint-30").mkdir()
+    (tmp_path / "checkpoint-30" / "trainer_state.json").write_text(json.dumps(state))
+    (tmp_path / "checkpoint-7").mkdir()  # an older checkpoint: not the one read
+    (tmp_path / "checkpoint-7" / "trainer_state.json").write_text(json.dumps({"log_history": []}))
+    t = read_log(log)
+    assert list(t.steps) == [10, 20, 30, 40]
+    assert t.notes[0] == "steps from checkpoint-30/trainer_state.json (printed HF dicts carry none)"
+    # A state of another run (other losses) is not used.
+    state["log_history"][0]["loss"] = 1.0
+    (tmp_path / "trainer_state.json").write_text(json.dumps(state))
+    assert list(read_log(log).steps) == [1, 2, 3, 4]

@@ -63,23 +63,62 @@ def parse_printed(data: bytes, path: Path, logging_steps: int | None = None) -> 
             bad += 1
     if not records:
         raise no_steps(path, FORMAT_PRINTED)
-    k = logging_steps or 1
-    steps = np.arange(1, len(records) + 1, dtype=np.int64) * k
     cols = {
         name: np.array([_num(r.get(key)) for r in records], dtype=np.float64)
         for key, name in _COLUMNS.items()
     }
-    notes = [
-        f"printed HF dicts carry no step: step = order x logging_steps ({k})"
-        if logging_steps
-        else "printed HF dicts carry no step: numbered 1..N in order (pass logging_steps)",
-        "HF loss is the mean over logging_steps, rounded to 4 decimals",
-    ]
+    steps, step_note = _printed_steps(path, cols["loss"], logging_steps)
+    notes = [step_note, "HF loss is the mean over logging_steps, rounded to 4 decimals"]
     if bad:
         notes.append(f"{bad} unreadable dict line(s) ignored")
     if (ignored := count_lines(data) - len(found)) > 0:
         notes.append(f"{ignored} other line(s) ignored")
     return finish(path, FORMAT_PRINTED, steps, cols, notes=notes)
+
+
+def _printed_steps(
+    path: Path, loss: np.ndarray, logging_steps: int | None
+) -> tuple[np.ndarray, str]:
+    """Steps of the printed dicts: ``logging_steps`` if given, else the run's own
+    ``trainer_state.json`` (beside the log or in its latest ``checkpoint-N``) when its
+    losses are the printed ones, else 1..N."""
+    n = len(loss)
+    if logging_steps:
+        note = f"printed HF dicts carry no step: step = order x logging_steps ({logging_steps})"
+        return np.arange(1, n + 1, dtype=np.int64) * logging_steps, note
+    state = _neighbour_state(path)
+    if state is not None:
+        name, steps, state_loss = state
+        m = min(n, len(steps))
+        if m and np.array_equal(state_loss[:m], loss[:m], equal_nan=True):
+            if m < n:  # the checkpoint is older than the log: go on at its interval
+                gap = int(np.median(np.diff(steps))) if len(steps) > 1 else int(steps[0])
+                steps = np.concatenate([steps[:m], steps[m - 1] + gap * np.arange(1, n - m + 1)])
+            return steps[:n], f"steps from {name} (printed HF dicts carry none)"
+    return (
+        np.arange(1, n + 1, dtype=np.int64),
+        "printed HF dicts carry no step: numbered 1..N in order (pass logging_steps)",
+    )
+
+
+def _neighbour_state(path: Path) -> tuple[str, np.ndarray, np.ndarray] | None:
+    """(name, steps, losses) of the run's trainer_state.json: the one beside the log,
+    else the one of its latest ``checkpoint-N``; None when there is none or it is unreadable."""
+    here = path.parent / "trainer_state.json"
+    checkpoints = sorted(path.parent.glob("checkpoint-*/trainer_state.json"), key=_checkpoint_step)
+    found = here if here.is_file() else (checkpoints[-1] if checkpoints else None)
+    if found is None:
+        return None
+    try:
+        table = parse_state(found.read_bytes(), found)
+    except (AccuracyInputError, OSError):
+        return None
+    return str(found.relative_to(path.parent)), table.steps, table.frame["loss"].to_numpy()
+
+
+def _checkpoint_step(state: Path) -> int:
+    number = state.parent.name.rpartition("-")[2]
+    return int(number) if number.isdigit() else -1
 
 
 def _literal_with_floats(raw: bytes) -> object:
