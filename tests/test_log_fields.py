@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_accuracy.logs import fields, read_log
+from pytest_accuracy.logs import fields, megatron, read_log
 
 MEGATRON = (
     " [2025-10-22 16:59:16] iteration {step:8d}/ 1000 | consumed samples: {samples:12d} | "
@@ -117,3 +117,26 @@ def test_missing_and_junk_values(tmp_path: Path) -> None:
     gn = t.frame["grad_norm"].to_numpy()
     assert np.isnan(gn[1:4]).all() and not np.isnan(gn[[0, 4, 5]]).any()
     assert "1 unparseable value(s) read as NaN" in t.notes  # only the junk, not nan or N/A
+
+
+def test_control_bytes_and_a_huge_line_are_read_or_flagged(tmp_path: Path) -> None:
+    rows = values(5)
+    lines = [MEGATRON.format(**r) for r in rows]
+    lines[1] = lines[1].replace("consumed samples", "consumed\x00samples\x1f\"quoted")
+    lines[3] = lines[3].rstrip("\n") + " extra: " + "x" * 1_000_000 + " |\n"
+    path = tmp_path / "megatron.log"
+    path.write_bytes("".join(lines).encode("latin-1"))
+    t = read_log(path)
+    assert list(t.steps) == [1, 2, 3, 4, 5]
+    assert np.array_equal(t.frame["loss"], [float(f"{r['loss']:.6E}") for r in rows])
+
+
+def test_a_block_pandas_rejects_is_read_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise fields.pd.errors.ParserError("Error tokenizing data")
+
+    monkeypatch.setattr(fields, "_tokenize", refuse)
+    rows = [MEGATRON.format(**r).split("iteration ", 1)[1].strip().encode() for r in values(3)]
+    parsed = fields.read_rows(rows, megatron._FIELDS)
+    assert parsed.odd.all() and not parsed.values
+

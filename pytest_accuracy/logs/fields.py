@@ -1,13 +1,4 @@
-"""Column-wise reading of step lines through pandas' C tokenizer, validated key by key.
-
-Log lines are ``key: value`` records in a fixed order.  Instead of one Python
-regex match per line (the cost that dominated), the step lines of a block are
-joined, their separators translated to one byte, and parsed by ``read_csv``
-as positional fields.  Positions come from the block's own first lines; every
-kept value's key is checked in every row (a key that differs marks the row
-"odd"), so a line with extra, missing or reordered fields is never read by
-position: the caller reads odd rows one by one.
-"""
+"""Column-wise reading of step lines through pandas' C tokenizer, validated key by key."""
 
 from __future__ import annotations
 
@@ -62,16 +53,27 @@ class Columns:
 
 
 def read_rows(rows: Sequence[bytes], spec: Fields) -> Columns:
-    """Parse ``rows`` (step lines from the marker on) block by block."""
+    """Parse ``rows`` (step lines from the marker on) block by block.
+
+    One Python regex match per line was the cost that dominated; here the rows of
+    a block are joined, their separators translated to ``SEP`` and parsed by
+    ``read_csv`` as positional fields.  Positions come from the block's first
+    rows; every kept value's key is checked in every row, so a row with extra,
+    missing or reordered fields (or a stray ``SEP``) is never read by position:
+    it is flagged ``odd`` and the caller reads it one by one.
+    """
     n = len(rows)
     out = Columns({}, {}, np.zeros(n, dtype=bool), 0)
     for start in range(0, n, _BLOCK):
         block = rows[start : start + _BLOCK]
         layout = learn_layout(block[:_SAMPLE], spec)
-        if layout is None:
-            out.odd[start : start + len(block)] = True
-            continue
-        _read_block(block, layout, spec, out, start, n)
+        try:
+            if layout is not None:
+                _read_block(block, layout, spec, out, start, n)
+                continue
+        except (ValueError, pd.errors.ParserError):
+            pass  # whatever pandas cannot tokenize is read one by one
+        out.odd[start : start + len(block)] = True
     return out
 
 
