@@ -140,3 +140,15 @@ def test_a_block_pandas_rejects_is_read_one_by_one(monkeypatch: pytest.MonkeyPat
     parsed = fields.read_rows(rows, megatron._FIELDS)
     assert parsed.odd.all() and not parsed.values
 
+
+
+def test_a_marker_line_that_is_no_step_record_is_ignored(tmp_path: Path) -> None:
+    rows = values(4)
+    lines = [MINDFORMERS.format(ovf="False", **r) for r in rows]
+    lines.insert(2, "2025-04-07 15:34:27,308 - INFO - Epoch:[  1/  1], eval acc: [0.5]\n")
+    path = tmp_path / "worker_0.log"
+    path.write_text("".join(lines))
+    t = read_log(path)
+    assert list(t.steps) == [1, 2, 3, 4]
+    assert "1 other line(s) ignored (not step records)" in t.notes
+    assert not any("one by one" in n for n in t.notes)

@@ -52,12 +52,13 @@ def parse(data: bytes, path: Path) -> LogTable:
     odd = np.flatnonzero(parsed.odd).tolist()
     bad = parsed.bad + sum(_fill_row(rows[i], i, steps, cols, len(rows)) for i in odd)
     keep = steps >= 0
+    one_by_one = int(np.count_nonzero(keep[odd])) if odd else 0  # odd and still a step line
     if not keep.any():
         raise no_steps(path, FORMAT)
     if not keep.all():
         steps, cols = steps[keep], {k: v[keep] for k, v in cols.items()}
-    if len(odd):
-        notes.append(f"{len(odd)} line(s) with fields outside the learnt layout read one by one")
+    if one_by_one:
+        notes.append(f"{one_by_one} line(s) with fields outside the learnt layout read one by one")
     if bad:
         notes.append(f"{bad} unparseable value(s) read as NaN")
     skipped = _skipped(cols, len(steps))

@@ -132,6 +132,7 @@ def _columns(
     for i in odd:
         bad += _read_odd(rows[i], i, odd_re, cols, overflow, place)
     keep = ~np.isnan(place["_step"])
+    one_by_one = int(np.count_nonzero(keep[odd])) if odd else 0  # odd and still a step line
     if not keep.all():
         cols = {k: v[keep] for k, v in cols.items()}
         overflow, place = overflow[keep], {k: v[keep] for k, v in place.items()}
@@ -141,8 +142,8 @@ def _columns(
         # Step is within the epoch: global step = (epoch - 1) * steps_per_epoch + step.
         steps += ((epoch - 1) * np.nan_to_num(place["_per_epoch"])).astype(np.int64)
     cols.setdefault("loss", np.full(len(steps), np.nan))
-    if len(odd):
-        notes.append(f"{len(odd)} step line(s) outside the learnt field layout read one by one")
+    if one_by_one:
+        notes.append(f"{one_by_one} step line(s) outside the learnt field layout read one by one")
     if bad:
         notes.append(f"{bad} unparseable value(s) read as NaN")
     return steps, cols, overflow
