@@ -73,7 +73,12 @@ def read_rows(rows: Sequence[bytes], spec: Fields) -> Columns:
                 continue
         except (ValueError, pd.errors.ParserError):
             pass  # whatever pandas cannot tokenize is read one by one
-        out.odd[start : start + len(block)] = True
+        block_rows = slice(start, start + len(block))
+        out.odd[block_rows] = True
+        for column in out.values.values():  # nothing read by position may stay
+            column[block_rows] = np.nan
+        for flag in out.flags.values():
+            flag[block_rows] = False
     return out
 
 
