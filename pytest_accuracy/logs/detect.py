@@ -33,6 +33,7 @@ ALIASES = {
 _HEAD = 1 << 16
 _MEGATRON = re.compile(rb"iteration +\d+/ *\d+ *\|")
 _TITAN = re.compile(rb"step: *\d+ +loss: *\S")
+_ANSI = re.compile(rb"\x1b\[[0-9;]*m")
 _LOSS_FILE = re.compile(rb"\A(?:#[^\n]*\n|\s*\n)*\d+[ \t,]+[-+0-9.eEnaifN]+\s*\n")
 
 
@@ -70,7 +71,9 @@ def _json_kind(data: bytes, stripped: bytes) -> str | None:
 
 def _text_kind(data: bytes, head: bytes) -> str | None:
     """Step-line markers: the head first, then the whole file (logs start with config dumps)."""
-    for chunk in (head, data):
+    for is_head, chunk in ((True, head), (False, data)):
+        if b"\x1b[" in chunk:  # coloured console output (torchtitan colours every key)
+            chunk = _ANSI.sub(b"", chunk)
         if b"Epoch:[" in chunk and (b"], loss" in chunk or b"local_norm/" in chunk):
             return "mindformers"
         if b"{ step:[" in chunk:
@@ -81,9 +84,9 @@ def _text_kind(data: bytes, head: bytes) -> str | None:
             return "hf-log"
         if _TITAN.search(chunk):
             return "torchtitan"
-        if chunk is head and _LOSS_FILE.match(head):
+        if is_head and _LOSS_FILE.match(head):
             return "torchtitan-losses"
-        if chunk is head and _looks_tabular(head):
+        if is_head and _looks_tabular(head):
             return "tabular"
         if len(data) <= len(head):
             break

@@ -19,8 +19,10 @@ SEP = b"\x1f"  # ASCII unit separator: never in a log line we read
 _SEP_STR = SEP.decode("latin-1")
 _BLOCK = 1 << 16  # rows per read_csv call: bounded memory, one layout per block
 _SAMPLE = 16  # rows a block's layout is learnt from
-# Value texts that mean "no value" (pandas reads them as NaN, and so does to_float).
-_NA = ["", "nan", "NaN", "NAN", "-nan", "None", "none", "N/A", "n/a", "NA", "na", "null", "-"]
+# Value texts that mean "no value" (pandas reads them as NaN, and so does to_float);
+# with the spaces the formats put around values, or pandas falls back to text.
+_BARE_NA = ["", "nan", "NaN", "NAN", "-nan", "None", "none", "N/A", "n/a", "NA", "na", "null", "-"]
+_NA = [f"{a}{t}{b}" for t in _BARE_NA for a in ("", " ") for b in ("", " ")]
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,7 @@ def _missing(texts: np.ndarray) -> np.ndarray:
     )
 
 
-_NA_LOWER = {t.lower() for t in _NA} | {"unavailable"}
+_NA_LOWER = {t.lower() for t in _BARE_NA} | {"unavailable"}
 
 
 def _flag(column: pd.Series) -> np.ndarray:

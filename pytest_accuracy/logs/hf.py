@@ -11,15 +11,22 @@ from typing import Any
 import numpy as np
 
 from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.logs.fields import SEP, Fields, read_rows
 from pytest_accuracy.logs.table import LogTable, count_lines, finish, no_steps
 
 FORMAT_STATE = "hf-trainer-state"
 FORMAT_PRINTED = "hf-log"
 
-_DICT = re.compile(rb"\{'loss': [^\n{}]*\}")
+_DICT = re.compile(rb"\{'loss': ([^\n{}]*)\}")
 _BARE = re.compile(r"(?<=[:,\[ ])(-?)(nan|inf|NaN|Infinity)(?=[,}\] ])")
 # trainer_state.json keys → table columns (everything else in a record is ignored).
 _COLUMNS = {"loss": "loss", "grad_norm": "grad_norm", "learning_rate": "lr"}
+# Printed dicts read column-wise: the loss first, then ``'key': value`` pairs.
+_FIELDS = Fields(
+    bytes.maketrans(b",:'\"\r", SEP * 2 + b"   "),
+    lambda key: _COLUMNS.get(key) if key != "loss" else None,
+    fixed={0: "loss"},
+)
 
 
 def parse_state(data: bytes, path: Path) -> LogTable:
@@ -47,33 +54,42 @@ def parse_printed(data: bytes, path: Path, logging_steps: int | None = None) -> 
     """Read printed ``{'loss': .., 'grad_norm': .., 'learning_rate': .., 'epoch': ..}`` lines.
 
     The printed dict has no step: step k is ``k * logging_steps`` when that is
-    given, else ``k`` (1..N), and the table's notes say which.
+    given, else the step of the run's trainer_state.json record, else ``k`` (1..N);
+    the table's notes say which.  The dicts are read column-wise
+    (``fields.read_rows``); a dict of another shape is evaluated as a literal.
     """
-    found = _DICT.findall(data)
-    records: list[dict[str, Any]] = []
-    bad = 0
-    for raw in found:
-        try:
-            value = ast.literal_eval(_BARE.sub(r"'\1\2'", raw.decode("utf-8", "replace")))
-        except (ValueError, SyntaxError):
-            value = _literal_with_floats(raw)
-        if isinstance(value, dict):
-            records.append(value)
-        else:
-            bad += 1
-    if not records:
+    rows = _DICT.findall(data)
+    parsed = read_rows(rows, _FIELDS)
+    n = len(rows)
+    cols = {name: parsed.values.get(name, np.full(n, np.nan)) for name in _COLUMNS.values()}
+    keep = np.ones(n, dtype=bool)
+    for i in np.flatnonzero(parsed.odd).tolist():
+        record = _literal(rows[i])
+        if record is None:
+            keep[i] = False
+            continue
+        for key, name in _COLUMNS.items():
+            cols[name][i] = _num(record.get(key))
+    if not keep.any():
         raise no_steps(path, FORMAT_PRINTED)
-    cols = {
-        name: np.array([_num(r.get(key)) for r in records], dtype=np.float64)
-        for key, name in _COLUMNS.items()
-    }
+    cols = {k: v[keep] for k, v in cols.items()}
     steps, step_note = _printed_steps(path, cols["loss"], logging_steps)
     notes = [step_note, "HF loss is the mean over logging_steps, rounded to 4 decimals"]
-    if bad:
+    if bad := n - int(keep.sum()):
         notes.append(f"{bad} unreadable dict line(s) ignored")
-    if (ignored := count_lines(data) - len(found)) > 0:
+    if (ignored := count_lines(data) - n) > 0:
         notes.append(f"{ignored} other line(s) ignored")
     return finish(path, FORMAT_PRINTED, steps, cols, notes=notes)
+
+
+def _literal(body: bytes) -> dict[str, Any] | None:
+    """One printed dict (its text after ``{'loss': ``) read as a Python literal."""
+    raw = b"{'loss': " + body + b"}"
+    try:
+        value = ast.literal_eval(_BARE.sub(r"'\1\2'", raw.decode("utf-8", "replace")))
+    except (ValueError, SyntaxError):
+        value = _literal_with_floats(raw)
+    return value if isinstance(value, dict) else None
 
 
 def _printed_steps(
