@@ -396,3 +396,29 @@ def test_hf_printed_dicts_take_steps_from_the_runs_trainer_state(tmp_path: Path)
     state["log_history"][0]["loss"] = 1.0
     (tmp_path / "trainer_state.json").write_text(json.dumps(state))
     assert list(read_log(log).steps) == [1, 2, 3, 4]
+
+
+def test_torchtitan_coloured_console_log(tmp_path: Path) -> None:
+    """torchtitan colours every key; a log captured from the console keeps the codes."""
+    line = (
+        "[rank0]:[titan] 2026-05-18 16:04:46,338 - root - INFO - \x1b[31mstep: {s:2}  "
+        "\x1b[32mloss: {l:8.5f}  \x1b[33mgrad_norm: {g:7.4f}  \x1b[34mmemory:  9.46GiB(64.99%)  "
+        "\x1b[35mtps: 7,282  \x1b[36mtflops: 0.52  \x1b[35mmfu: 0.17%\x1b[39m"
+    )
+    text = "\n".join(line.format(s=s, l=3 + s / 10, g=s / 100) for s in (14, 15, 16))
+    t = read_log(write(tmp_path, "titan.log", text))  # last line complete, no newline
+    assert t.format == "torchtitan" and list(t.steps) == [14, 15, 16]
+    assert list(t.frame["loss"]) == [4.4, 4.5, 4.6]
+    assert list(t.frame["grad_norm"]) == [0.14, 0.15, 0.16]
+    assert not any("truncated" in n for n in t.notes)
+
+
+def test_hf_printed_dicts_of_another_shape_are_read_as_literals(tmp_path: Path) -> None:
+    line = "{{'loss': {l}, 'grad_norm': {g}, 'learning_rate': 1e-05, 'epoch': 0.1}}\n"
+    lines = [line.format(l=1 + i / 10, g=2 + i / 10) for i in range(20)]
+    lines[7] = "{'loss': 1.7, 'aux_loss': 0.5, 'grad_norm': 2.7, 'learning_rate': 1e-05}\n"
+    lines[9] = "{'loss': 1.9, 'grad_norm': 2.9, 'learning_rate': 1e-05, 'epoch': 0.1\n"  # cut
+    t = read_log(write(tmp_path, "train.log", "".join(lines)))
+    assert len(t) == 19  # the cut dict is no record
+    assert list(t.frame["loss"])[7] == 1.7 and list(t.frame["grad_norm"])[7] == 2.7
+    assert list(t.frame["grad_norm"]) == [2 + i / 10 for i in range(20) if i != 9]

@@ -18,16 +18,18 @@ from pytest_accuracy.logs.table import (
 FORMAT = "torchtitan"
 FORMAT_LOSSES = "torchtitan-losses"
 
-_ANSI = re.compile(rb"\x1b\[[0-9;]*m")
-_STEP = re.compile(rb"step: *(\d+) +loss: *([^\s]+)(?: +grad_norm: *([^\s]+))?")
+# torchtitan colours every key (``\x1b[32mloss:``): the colour codes are matched in place,
+# which costs nothing, where removing them from the whole file cost 2x the parse.
+_C = rb"(?:\x1b\[[0-9;]*m)?"
+_STEP = re.compile(
+    rb"step: *(\d+) +" + _C + rb"loss: *([^\s\x1b]+)(?: +" + _C + rb"grad_norm: *([^\s\x1b]+))?"
+)
 _LOSS_FILE = re.compile(rb"^ *(\d+)[ \t,]+([^\s,]+) *\r?$", re.M)
-_COMPLETE = re.compile(rb"%\s*$")
+_COMPLETE = re.compile(rb"%" + _C + rb"\s*$")
 
 
 def parse(data: bytes, path: Path) -> LogTable:
     """Read torchtitan metric lines (ANSI colours and ``[rank0]:`` prefixes are ignored)."""
-    if b"\x1b[" in data:
-        data = _ANSI.sub(b"", data)
     data, tail = cut_truncated_tail(data, _COMPLETE)
     rows = _STEP.findall(data)
     if not rows:
