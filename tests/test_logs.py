@@ -422,3 +422,21 @@ def test_hf_printed_dicts_of_another_shape_are_read_as_literals(tmp_path: Path) 
     assert len(t) == 19  # the cut dict is no record
     assert list(t.frame["loss"])[7] == 1.7 and list(t.frame["grad_norm"])[7] == 2.7
     assert list(t.frame["grad_norm"]) == [2 + i / 10 for i in range(20) if i != 9]
+
+
+def test_jsonl_read_column_wise_with_odd_lines(tmp_path: Path) -> None:
+    lines = [
+        json.dumps({"step": i, "loss": 2 + i / 8, "grad_norm": i / 3, "overflow": i == 4})
+        for i in range(1, 9)
+    ]
+    lines[2] = json.dumps({"step": 3, "aux": [1, 2], "loss": 2.375, "lm_loss": 9.0})  # other shape
+    lines[5] = json.dumps({"step": 6, "loss": "nan", "grad_norm": None, "overflow": False})
+    text = "# metrics\n" + "\n".join(lines) + "\n\nnot json\n"
+    t = read_log(write(tmp_path, "metrics.jsonl", text))
+    assert list(t.steps) == list(range(1, 9))
+    assert list(t.frame["loss"].fillna(-1)) == [2.125, 2.25, 2.375, 2.5, 2.625, -1, 2.875, 3.0]
+    gn = t.frame["grad_norm"].to_numpy()
+    assert gn[1] == 2 / 3 and np.isnan(gn[[2, 5]]).all()
+    assert list(np.flatnonzero(t.frame["skipped"])) == [3, 5]  # overflow at step 4; NaN loss
+    assert row(t, 3)["lm_loss"] == 9.0
+    assert "1 unreadable line(s) ignored" in t.notes

@@ -187,9 +187,12 @@ def _missing(texts: np.ndarray) -> np.ndarray:
 _NA_LOWER = {t.lower() for t in _BARE_NA} | {"unavailable"}
 
 
+_TRUE = ("true", "1", "1.0", "yes")
+
+
 def _flag(column: pd.Series) -> np.ndarray:
     """True/False texts (``False``, ``[ True]``) as bool; NaN is False."""
     cat = column.astype("category")
-    truth = np.array([str(c).strip(" []") in ("True", "1") for c in cat.cat.categories], bool)
+    truth = np.array([str(c).strip(" []").lower() in _TRUE for c in cat.cat.categories], bool)
     codes = cat.cat.codes.to_numpy()
     return np.where(codes >= 0, truth[np.maximum(codes, 0)] if len(truth) else False, False)

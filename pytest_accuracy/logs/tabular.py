@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from pytest_accuracy.errors import AccuracyInputError
-from pytest_accuracy.logs.table import LogTable, finish, no_steps
+from pytest_accuracy.logs.fields import SEP, Fields, read_rows
+from pytest_accuracy.logs.table import LogTable, column_of, count_lines, finish, no_steps
 
 FORMAT = "tabular"
 
@@ -30,6 +32,16 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "loss_scale": ("loss_scale", "scale"),
     "skipped": ("skipped", "overflow", "is_skipped", "nan_iteration", "skipped_iter"),
 }
+
+
+_KNOWN = {alias for aliases in ALIASES.values() for alias in aliases}
+_JSON_ROW = re.compile(rb"\{([^\n]*)\}")
+_JSON_FIELDS = Fields(
+    bytes.maketrans(b',:{}"[]\r', SEP * 2 + b" " * 6),
+    lambda key: _json_key(key),
+    fixed={},
+    flags=frozenset({"skipped"}),
+)
 
 
 def parse(data: bytes, path: Path) -> LogTable:
@@ -62,18 +74,10 @@ def parse(data: bytes, path: Path) -> LogTable:
 
 def _read_frame(data: bytes, path: Path, notes: list[str]) -> pd.DataFrame:
     """JSON lines (one object per line) or a delimited table; malformed rows are skipped."""
+    if _first_record(data).startswith(b"{"):
+        return _json_lines(data, notes)
     text = data.decode("utf-8", "replace").lstrip("\ufeff").lstrip()
     lines = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
-    if text.startswith("{"):
-        records = []
-        for line in lines:
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                continue  # garbage or a line cut by a crash
-        if len(records) < len(lines):
-            notes.append(f"{len(lines) - len(records)} unreadable line(s) ignored")
-        return pd.DataFrame.from_records([r for r in records if isinstance(r, dict)])
     head = lines[0] if lines else ""
     sep = "\t" if "\t" in head else ";" if head.count(";") > head.count(",") else ","
     try:
@@ -85,6 +89,61 @@ def _read_frame(data: bytes, path: Path, notes: list[str]) -> pd.DataFrame:
     if len(frame) < len(lines) - 1:
         notes.append(f"{len(lines) - 1 - len(frame)} malformed row(s) ignored")
     return frame
+
+
+def _first_record(data: bytes) -> bytes:
+    """The first line that is neither blank nor a ``#`` comment (BOM and indent removed)."""
+    for line in data[: 1 << 16].lstrip(b"\xef\xbb\xbf").splitlines():
+        if line.strip() and not line.lstrip().startswith(b"#"):
+            return line.lstrip()
+    return b""
+
+
+def _json_lines(data: bytes, notes: list[str]) -> pd.DataFrame:
+    """JSON lines read column-wise (``fields.read_rows``); other shapes through ``json``."""
+    rows = _JSON_ROW.findall(data)
+    parsed = read_rows(rows, _JSON_FIELDS)
+    columns: dict[str, np.ndarray] = dict(parsed.values)
+    flags = parsed.flags.get("skipped")
+    keep = np.ones(len(rows), dtype=bool)
+    for i in np.flatnonzero(parsed.odd).tolist():
+        try:
+            record = json.loads(b"{" + rows[i] + b"}")
+        except ValueError:
+            keep[i] = False  # garbage or a line cut by a crash
+            continue
+        for key, value in record.items():
+            name = _json_key(str(key))
+            if name == "skipped":
+                flags = np.zeros(len(rows), dtype=bool) if flags is None else flags
+                flags[i] = str(value).strip().lower() in ("true", "1", "1.0", "yes")
+            elif name is not None:
+                column_of(columns, name, len(rows))[i] = _number(value)
+    # Lines that are neither blank nor ``#`` comments (a line of spaces counts as unreadable).
+    n_lines = count_lines(data) - data.count(b"\n\n") - data.startswith(b"\n")
+    n_lines -= data.count(b"\n#") + data.startswith(b"#")
+    if (unreadable := n_lines - int(keep.sum())) > 0:
+        notes.append(f"{unreadable} unreadable line(s) ignored")
+    frame = pd.DataFrame({k: v[keep] for k, v in columns.items()})
+    if flags is not None:
+        frame["skipped"] = flags[keep]
+    return frame
+
+
+def _json_key(key: str) -> str | None:
+    """The frame column a JSON key feeds: flags become ``skipped``, other known or
+    ``*loss`` keys keep their name (``_match_columns`` then picks by alias order)."""
+    norm = _norm(key)
+    if norm in ALIASES["skipped"]:
+        return "skipped"
+    return key if norm in _KNOWN or norm.endswith("loss") else None
+
+
+def _number(value: object) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return float("nan")
 
 
 def _norm(name: object) -> str:
