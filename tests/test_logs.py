@@ -343,9 +343,11 @@ def test_forced_format_without_steps_and_bad_names(tmp_path: Path) -> None:
 
 
 def test_tabular_garbage_rows_and_cut_jsonl(tmp_path: Path) -> None:
-    csv = "step,loss\n1,2.5\ngarbage line here,,,,\n2,2.4\nxx,1\n3,2.3\n"
+    csv = "step,loss\n1,2.5\ngarbage line here,,,,\n2,2.4\nxx,1\n3,2.3\n4,abc\n5,N/A\n"
     t = read_log(write(tmp_path, "t.csv", csv))
-    assert list(t.steps) == [1, 2, 3] and list(t.frame["loss"]) == [2.5, 2.4, 2.3]
+    assert list(t.steps) == [1, 2, 3, 4, 5]
+    assert list(t.frame["loss"].fillna(-1)) == [2.5, 2.4, 2.3, -1, -1]
+    assert "1 unparseable value(s) read as NaN" in t.notes  # abc; N/A is a missing marker
     assert "1 malformed row(s) ignored" in t.notes
     assert "1 row(s) without a numeric step ignored" in t.notes
     jsonl = '{"step":1,"loss":2.5}\nnot json\n{"step":2,"loss":2.4}\n{"step":3,"lo'

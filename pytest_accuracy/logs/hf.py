@@ -75,6 +75,8 @@ def parse_printed(data: bytes, path: Path, logging_steps: int | None = None) -> 
     cols = {k: v[keep] for k, v in cols.items()}
     steps, step_note = _printed_steps(path, cols["loss"], logging_steps)
     notes = [step_note, "HF loss is the mean over logging_steps, rounded to 4 decimals"]
+    if parsed.bad:
+        notes.append(f"{parsed.bad} unparseable value(s) read as NaN")
     if bad := n - int(keep.sum()):
         notes.append(f"{bad} unreadable dict line(s) ignored")
     if (ignored := count_lines(data) - n) > 0:

@@ -60,13 +60,17 @@ def parse(data: bytes, path: Path) -> LogTable:
     frame = frame[numeric.notna()]
     if frame.empty:
         raise no_steps(path, FORMAT)
+    kept = [n for n in ("loss", "grad_norm", "lr", "loss_scale") if n in frame]
+    renamed = set(rename.values())
+    kept += [n for n in frame.columns if n not in renamed and str(n).lower().endswith("loss")]
     cols: dict[str, np.ndarray] = {}
-    for name in ("loss", "grad_norm", "lr", "loss_scale"):
-        if name in frame:
-            cols[name] = pd.to_numeric(frame[name], errors="coerce").to_numpy(np.float64)
-    for name in frame.columns:
-        if name not in rename.values() and str(name).lower().endswith("loss"):
-            cols[str(name)] = pd.to_numeric(frame[name], errors="coerce").to_numpy(np.float64)
+    bad = 0
+    for name in kept:
+        values = pd.to_numeric(frame[name], errors="coerce")
+        bad += int((values.isna() & frame[name].notna()).sum())  # text that is no number
+        cols[str(name)] = values.to_numpy(np.float64)
+    if bad:
+        notes.append(f"{bad} unparseable value(s) read as NaN")
     skipped = _flags(frame["skipped"]) if "skipped" in frame else None
     steps = frame["step"].astype(np.float64).astype(np.int64).to_numpy()
     return finish(path, FORMAT, steps, cols, skipped, notes)
@@ -122,6 +126,8 @@ def _json_lines(data: bytes, notes: list[str]) -> pd.DataFrame:
     # Lines that are neither blank nor ``#`` comments (a line of spaces counts as unreadable).
     n_lines = count_lines(data) - data.count(b"\n\n") - data.startswith(b"\n")
     n_lines -= data.count(b"\n#") + data.startswith(b"#")
+    if parsed.bad:
+        notes.append(f"{parsed.bad} unparseable value(s) read as NaN")
     if (unreadable := n_lines - int(keep.sum())) > 0:
         notes.append(f"{unreadable} unreadable line(s) ignored")
     frame = pd.DataFrame({k: v[keep] for k, v in columns.items()})
