@@ -42,9 +42,12 @@ def test_megatron_line_with_swapped_fields_is_read_by_key(tmp_path: Path) -> Non
     lines = [MEGATRON.format(**r) for r in rows]
     # Same number of fields, lr and grad norm swapped: reading by position would swap them.
     r = rows[20]
-    lines[20] = lines[20].replace(f"learning rate: {r['lr']:.6E}", "TMP").replace(
-        f"grad norm: {r['gn']:.3f}", f"learning rate: {r['lr']:.6E}"
-    ).replace("TMP", f"grad norm: {r['gn']:.3f}")
+    lines[20] = (
+        lines[20]
+        .replace(f"learning rate: {r['lr']:.6E}", "TMP")
+        .replace(f"grad norm: {r['gn']:.3f}", f"learning rate: {r['lr']:.6E}")
+        .replace("TMP", f"grad norm: {r['gn']:.3f}")
+    )
     path = tmp_path / "megatron.log"
     path.write_text("".join(lines))
     t = read_log(path)
@@ -122,7 +125,7 @@ def test_missing_and_junk_values(tmp_path: Path) -> None:
 def test_control_bytes_and_a_huge_line_are_read_or_flagged(tmp_path: Path) -> None:
     rows = values(5)
     lines = [MEGATRON.format(**r) for r in rows]
-    lines[1] = lines[1].replace("consumed samples", "consumed\x00samples\x1f\"quoted")
+    lines[1] = lines[1].replace("consumed samples", 'consumed\x00samples\x1f"quoted')
     lines[3] = lines[3].rstrip("\n") + " extra: " + "x" * 1_000_000 + " |\n"
     path = tmp_path / "megatron.log"
     path.write_bytes("".join(lines).encode("latin-1"))
@@ -141,7 +144,6 @@ def test_a_block_pandas_rejects_is_read_one_by_one(monkeypatch: pytest.MonkeyPat
     assert parsed.odd.all() and not parsed.values
 
 
-
 def test_a_marker_line_that_is_no_step_record_is_ignored(tmp_path: Path) -> None:
     rows = values(4)
     lines = [MINDFORMERS.format(ovf="False", **r) for r in rows]
@@ -152,3 +154,31 @@ def test_a_marker_line_that_is_no_step_record_is_ignored(tmp_path: Path) -> None
     assert list(t.steps) == [1, 2, 3, 4]
     assert "1 other line(s) ignored (not step records)" in t.notes
     assert not any("one by one" in n for n in t.notes)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "megatron_lm_issue_lines.txt",
+        "mindspeed_llm_fsdp2_doc.txt",
+        "mindformers_mflossmonitor_high_availability_doc.txt",
+        "mindformers_mflossmonitor_skip_data_doc.txt",
+        "hf_trainer_issue_lines.txt",
+    ],
+)
+def test_slices_and_blocks_do_not_change_the_table(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file read a few bytes and rows at a time gives the table read in one go."""
+    path = Path(__file__).parent / "data" / "log_samples" / name
+    whole = read_log(path)
+    monkeypatch.setattr(fields, "_SLICE", 200)  # a slice per line or two
+    monkeypatch.setattr(fields, "_BLOCK", 2)
+    sliced = read_log(path)
+    assert sliced.frame.equals(whole.frame)
+    # Only how many lines fell outside their block's layout may differ.
+    assert drop_one_by_one(sliced.notes) == drop_one_by_one(whole.notes)
+
+
+def drop_one_by_one(notes: tuple[str, ...]) -> list[str]:
+    return [n for n in notes if "one by one" not in n]

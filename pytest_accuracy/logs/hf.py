@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from pytest_accuracy.errors import AccuracyInputError
-from pytest_accuracy.logs.fields import SEP, Fields, read_rows
+from pytest_accuracy.logs.fields import SEP, Fields, read_records
 from pytest_accuracy.logs.table import LogTable, count_lines, finish, no_steps
 
 FORMAT_STATE = "hf-trainer-state"
@@ -56,15 +56,14 @@ def parse_printed(data: bytes, path: Path, logging_steps: int | None = None) -> 
     The printed dict has no step: step k is ``k * logging_steps`` when that is
     given, else the step of the run's trainer_state.json record, else ``k`` (1..N);
     the table's notes say which.  The dicts are read column-wise
-    (``fields.read_rows``); a dict of another shape is evaluated as a literal.
+    (``fields.read_records``); a dict of another shape is evaluated as a literal.
     """
-    rows = _DICT.findall(data)
-    parsed = read_rows(rows, _FIELDS)
-    n = len(rows)
+    parsed = read_records(data, _DICT, _FIELDS)
+    n = len(parsed)
     cols = {name: parsed.values.get(name, np.full(n, np.nan)) for name in _COLUMNS.values()}
     keep = np.ones(n, dtype=bool)
-    for i in np.flatnonzero(parsed.odd).tolist():
-        record = _literal(rows[i])
+    for i, row in parsed.odd_rows.items():
+        record = _literal(row)
         if record is None:
             keep[i] = False
             continue

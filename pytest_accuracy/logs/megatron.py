@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pytest_accuracy.logs.fields import SEP, Fields, read_rows
+from pytest_accuracy.logs.fields import SEP, Fields, read_records
 from pytest_accuracy.logs.table import (
     LogTable,
     column_of,
@@ -39,18 +39,17 @@ _UNRELIABLE = "current loss is not reliable"
 def parse(data: bytes, path: Path) -> LogTable:
     """Read every ``iteration N/M | key: value | ...`` line into a LogTable.
 
-    Speed: the lines are parsed column-wise by ``fields.read_rows`` (pandas' C
+    Speed: the lines are parsed column-wise by ``fields.read_records`` (pandas' C
     tokenizer, keys checked per row); a line whose fields differ from its
     block's layout (extra, missing or reordered keys) is read field by field.
     """
     data, tail = cut_truncated_tail(data, _COMPLETE)
     notes = [tail] if tail else []
-    rows = _ROW.findall(data)
-    parsed = read_rows(rows, _FIELDS)
-    cols = parsed.values
-    steps = np.nan_to_num(cols.pop("_step", np.full(len(rows), np.nan)), nan=-1).astype(np.int64)
-    odd = np.flatnonzero(parsed.odd).tolist()
-    bad = parsed.bad + sum(_fill_row(rows[i], i, steps, cols, len(rows)) for i in odd)
+    parsed = read_records(data, _ROW, _FIELDS)
+    n, cols = len(parsed), parsed.values
+    steps = np.nan_to_num(cols.pop("_step", np.full(n, np.nan)), nan=-1).astype(np.int64)
+    odd = list(parsed.odd_rows)
+    bad = parsed.bad + sum(_fill_row(row, i, steps, cols, n) for i, row in parsed.odd_rows.items())
     keep = steps >= 0
     one_by_one = int(np.count_nonzero(keep[odd])) if odd else 0  # odd and still a step line
     if not keep.any():

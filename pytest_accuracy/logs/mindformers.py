@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pytest_accuracy.logs.fields import SEP, Fields, read_rows
+from pytest_accuracy.logs.fields import SEP, Columns, Fields, read_records
 from pytest_accuracy.logs.table import (
     LogTable,
     column_of,
@@ -56,8 +56,8 @@ def parse(data: bytes, path: Path) -> LogTable:
     data, tail = cut_truncated_tail(data, _COMPLETE)
     notes = [tail] if tail else []
     has_local = b"local_norm" in data
-    rows, spec, odd_re = _step_rows(data, has_local)
-    steps, cols, skipped = _columns(rows, spec, odd_re, notes)
+    parsed, odd_re = _step_records(data, has_local)
+    steps, cols, skipped = _columns(parsed, odd_re, notes)
     has_skip = b"is_skip" in data
     if has_skip:
         skipped = skipped | _skip_data(data, steps, notes)
@@ -108,29 +108,26 @@ _EPOCH_FIELDS = Fields(_TABLE, _column, {0: "_epoch", 4: "_per_epoch"}, frozense
 _PYNATIVE_FIELDS = Fields(_TABLE, _column, {0: "_step"}, frozenset({"overflow"}))
 
 
-def _step_rows(
-    data: bytes, has_local: bool
-) -> tuple[list[bytes], Fields, re.Pattern[bytes]]:
-    """The step records of the file and how to read them."""
-    rows = (_EPOCH_LOSS_ROW if has_local else _EPOCH_ROW).findall(data)
-    if rows:
-        return rows, _EPOCH_FIELDS, _ODD_EPOCH
-    return _PYNATIVE_ROW.findall(data), _PYNATIVE_FIELDS, _ODD_PYNATIVE
+def _step_records(data: bytes, has_local: bool) -> tuple[Columns, re.Pattern[bytes]]:
+    """The step records of the file read column-wise, and how to read an odd one."""
+    epoch_row = _EPOCH_LOSS_ROW if has_local else _EPOCH_ROW
+    if epoch_row.search(data):
+        return read_records(data, epoch_row, _EPOCH_FIELDS), _ODD_EPOCH
+    return read_records(data, _PYNATIVE_ROW, _PYNATIVE_FIELDS), _ODD_PYNATIVE
 
 
 def _columns(
-    rows: list[bytes], spec: Fields, odd_re: re.Pattern[bytes], notes: list[str]
+    parsed: Columns, odd_re: re.Pattern[bytes], notes: list[str]
 ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
     """Global steps, value columns and overflow flags of the step records."""
-    n = len(rows)
-    parsed = read_rows(rows, spec)
+    n = len(parsed)
     cols = parsed.values
     overflow = parsed.flags.get("overflow", np.zeros(n, dtype=bool))
     place = {k: cols.pop(k) if k in cols else np.full(n, np.nan) for k in _PLACE}
-    odd = np.flatnonzero(parsed.odd).tolist()
+    odd = list(parsed.odd_rows)
     bad = parsed.bad
-    for i in odd:
-        bad += _read_odd(rows[i], i, odd_re, cols, overflow, place)
+    for i, row in parsed.odd_rows.items():
+        bad += _read_odd(row, i, odd_re, cols, overflow, place)
     keep = ~np.isnan(place["_step"])
     one_by_one = int(np.count_nonzero(keep[odd])) if odd else 0  # odd and still a step line
     if not keep.all():

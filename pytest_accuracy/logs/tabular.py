@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from pytest_accuracy.errors import AccuracyInputError
-from pytest_accuracy.logs.fields import SEP, Fields, read_rows
+from pytest_accuracy.logs.fields import SEP, Fields, read_records
 from pytest_accuracy.logs.table import LogTable, column_of, count_lines, finish, no_steps
 
 FORMAT = "tabular"
@@ -104,25 +104,25 @@ def _first_record(data: bytes) -> bytes:
 
 
 def _json_lines(data: bytes, notes: list[str]) -> pd.DataFrame:
-    """JSON lines read column-wise (``fields.read_rows``); other shapes through ``json``."""
-    rows = _JSON_ROW.findall(data)
-    parsed = read_rows(rows, _JSON_FIELDS)
+    """JSON lines read column-wise (``fields.read_records``); other shapes through ``json``."""
+    parsed = read_records(data, _JSON_ROW, _JSON_FIELDS)
+    n = len(parsed)
     columns: dict[str, np.ndarray] = dict(parsed.values)
     flags = parsed.flags.get("skipped")
-    keep = np.ones(len(rows), dtype=bool)
-    for i in np.flatnonzero(parsed.odd).tolist():
+    keep = np.ones(n, dtype=bool)
+    for i, row in parsed.odd_rows.items():
         try:
-            record = json.loads(b"{" + rows[i] + b"}")
+            record = json.loads(b"{" + row + b"}")
         except ValueError:
             keep[i] = False  # garbage or a line cut by a crash
             continue
         for key, value in record.items():
             name = _json_key(str(key))
             if name == "skipped":
-                flags = np.zeros(len(rows), dtype=bool) if flags is None else flags
+                flags = np.zeros(n, dtype=bool) if flags is None else flags
                 flags[i] = str(value).strip().lower() in ("true", "1", "1.0", "yes")
             elif name is not None:
-                column_of(columns, name, len(rows))[i] = _number(value)
+                column_of(columns, name, n)[i] = _number(value)
     # Lines that are neither blank nor ``#`` comments (a line of spaces counts as unreadable).
     n_lines = count_lines(data) - data.count(b"\n\n") - data.startswith(b"\n")
     n_lines -= data.count(b"\n#") + data.startswith(b"#")
