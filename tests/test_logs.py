@@ -442,3 +442,38 @@ def test_jsonl_read_column_wise_with_odd_lines(tmp_path: Path) -> None:
     assert list(np.flatnonzero(t.frame["skipped"])) == [3, 5]  # overflow at step 4; NaN loss
     assert row(t, 3)["lm_loss"] == 9.0
     assert "1 unreadable line(s) ignored" in t.notes
+
+
+def test_mindformers_unnamed_local_norm_arrays(tmp_path: Path) -> None:
+    """runner_wrapper ``local_norm: True``: norm_size, ``local_norm:`` and a numpy array dump
+    (wrapping over lines) before each step line; entries are sums of squared gradients."""
+    step = (
+        "2025-04-07 15:34:27,308 - [mindformers/core/callback/callback.py:529] - INFO - "
+        "{{ Epoch:[  1/  1], step:[    {s}/    3], loss: 2.{s}, per_step_time: 5ms, lr: 1e-05, "
+        "overflow cond: False, loss_scale: 1.0, global_norm: [4.0], "
+        "train_throughput_per_npu: 1.0T\n"
+    )
+    block = "2025-04-07 15:34:27,300 - INFO -  norm_size: [ 4 16  4]\nlocal_norm:\n{arr}\n"
+    text = (
+        block.format(arr="[1.0000e+00 4.0000e+00\n 9.0000e+00]")
+        + step.format(s=1)
+        + block.format(arr="[1.6e+01 ... 2.5e+01]")
+        + step.format(s=2)  # shortened by numpy
+        + block.format(arr="[0.25 1.   4.  ]")
+        + step.format(s=3)
+    )
+    t = read_log(write(tmp_path, "worker_0.log", text))
+    assert list(t.steps) == [1, 2, 3] and list(t.frame["loss"]) == [2.1, 2.2, 2.3]
+    assert t.local_norm is not None
+    norms = {(s, p): v for s, p, v in t.local_norm[["step", "param", "norm"]].itertuples(False)}
+    assert norms == {
+        (1, "#0"): 1.0,
+        (1, "#1"): 2.0,
+        (1, "#2"): 3.0,
+        (3, "#0"): 0.5,
+        (3, "#1"): 1.0,
+        (3, "#2"): 2.0,
+    }
+    assert "1 local_norm array(s) shortened by numpy ('...') not read" in t.notes
+    assert any(n.startswith("unnamed local_norm arrays of 2 step(s)") for n in t.notes)
+    assert not any("ignored" in n for n in t.notes)  # every line was read

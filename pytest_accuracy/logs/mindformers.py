@@ -38,6 +38,8 @@ _ODD_PYNATIVE = re.compile(rb" *()(\d+)/ *()\d+\], loss: *" + _LOSS + rb"(.*)")
 _LOCAL = re.compile(
     rb"Epoch:\[ *(\d+)/ *\d+\], step:\[ *(\d+)/ *(\d+)\] local_norm/([^\s:]+): *([^\s]+)"
 )
+# runner_wrapper ``local_norm: True``: a ``local_norm:`` line, then a 1-D numpy array.
+_ARRAY = re.compile(rb"\nlocal_norm:\r?\n *\[([^\]]*)\]")
 _KV = re.compile(rb"^ *([A-Za-z_][\w /-]*?)(?:: *| +(?=\[))\[? *([^\]]*?) *\]?$")
 _COMPLETE = re.compile(rb"[\]T}]\s*$")
 _KEYS = {
@@ -61,7 +63,7 @@ def parse(data: bytes, path: Path) -> LogTable:
     has_skip = b"is_skip" in data
     if has_skip:
         skipped = skipped | _skip_data(data, steps, notes)
-    local = _local_norms(data, notes) if has_local else None
+    local, local_lines = _local_norms(data, notes) if has_local else (None, 0)
     step_lines = len(steps)
     if not len(steps) and local is not None:
         # A TrainingStateMonitor-only log: rows are the local-norm steps, no loss.
@@ -73,7 +75,7 @@ def parse(data: bytes, path: Path) -> LogTable:
         raise no_steps(path, FORMAT)
     if np.isnan(cols["loss"]).any() and b"loss: N/A" in data:
         notes.append("loss N/A on this rank (non-last pipeline stage): read the last stage's log")
-    read = step_lines + (0 if local is None else len(local))
+    read = step_lines + local_lines
     read += data.count(b"is_skip:") if has_skip else 0
     ignored = count_lines(data) - read
     if ignored > 0:
@@ -207,19 +209,56 @@ def _fill_from_text(
     return bad
 
 
-def _local_norms(data: bytes, notes: list[str]) -> pd.DataFrame | None:
-    """Per-parameter ``local_norm/<name>: v`` lines as a long frame, or None."""
-    if b"\nlocal_norm:\n" in data or b"\nlocal_norm:\r\n" in data:
-        notes.append("unnamed local_norm arrays (runner_wrapper local_norm: True) not read")
+def _local_norms(data: bytes, notes: list[str]) -> tuple[pd.DataFrame | None, int]:
+    """Per-parameter local norms as a long frame (or None) and the log lines they took.
+
+    Named ``local_norm/<name>: v`` lines (TrainingStateMonitor), and the unnamed
+    arrays of runner_wrapper ``local_norm: True``.
+    """
+    frames, lines = [], 0
     rows = _LOCAL.findall(data)
-    if not rows:
-        return None
-    epoch, step, per_epoch = (to_int([r[i] for r in rows]) for i in (0, 1, 2))
-    norms, _ = to_float([r[4] for r in rows])
-    return pd.DataFrame(
-        {
-            "step": (epoch - 1) * per_epoch + step,
-            "param": [r[3].decode("utf-8", "replace") for r in rows],
-            "norm": norms,
-        }
-    )
+    if rows:
+        epoch, step, per_epoch = (to_int([r[i] for r in rows]) for i in (0, 1, 2))
+        norms, _ = to_float([r[4] for r in rows])
+        names = [r[3].decode("utf-8", "replace") for r in rows]
+        frames.append(
+            pd.DataFrame({"step": (epoch - 1) * per_epoch + step, "param": names, "norm": norms})
+        )
+        lines += len(rows)
+    if b"\nlocal_norm:" in data:
+        unnamed, block_lines = _unnamed_local_norms(data, notes)
+        frames += unnamed
+        lines += block_lines
+    return (pd.concat(frames, ignore_index=True) if frames else None), lines
+
+
+def _unnamed_local_norms(data: bytes, notes: list[str]) -> tuple[list[pd.DataFrame], int]:
+    """runner_wrapper ``local_norm: True`` logs `` norm_size: [..]``, ``local_norm:`` and a
+    numpy array before each step line: per-parameter sums of squared gradients in the
+    optimizer's parameter order, per device and before the gradient reduction, no names.
+    Read as parameters ``#0``, ``#1``... with norm = sqrt(sum of squares)."""
+    frames, lines, summarised = [], 0, 0
+    for m in _ARRAY.finditer(data):
+        lines += 2 + m.group(1).count(b"\n")
+        head = _STEP_HEAD.search(data, m.end())
+        if head is None:
+            continue
+        if b"..." in m.group(1):  # numpy shortened a long array: the values are not all there
+            summarised += 1
+            continue
+        try:
+            squares = np.fromiter(map(float, m.group(1).split()), np.float64)
+        except ValueError:
+            continue
+        epoch, step, per_epoch = (int(g or 1) for g in head.groups())
+        step = (epoch - 1) * per_epoch + step if head.group(1) else step
+        params = [f"#{i}" for i in range(len(squares))]
+        frames.append(pd.DataFrame({"step": step, "param": params, "norm": np.sqrt(squares)}))
+    if frames:
+        notes.append(
+            f"unnamed local_norm arrays of {len(frames)} step(s) read as parameters #0..#N in "
+            "optimizer order, norm = sqrt of the logged sum of squares (per device)"
+        )
+    if summarised:
+        notes.append(f"{summarised} local_norm array(s) shortened by numpy ('...') not read")
+    return frames, lines + data.count(b" norm_size:")
