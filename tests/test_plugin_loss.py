@@ -120,3 +120,15 @@ def test_local_norm_lines_name_the_parameter_that_differs(pytester: pytest.Pytes
                                  "relative, worst first:",
                                  "  model.layers.1.attention_norm.weight: 0.2184 vs bench 0.1092 "
                                  "(relative difference 1)"])
+
+
+def test_local_norms_without_common_names_skip_not_pass(pytester: pytest.Pytester) -> None:
+    sample = ROOT / "tests/data/log_samples/mindformers_trainingstatemonitor_local_norm_doc.txt"
+    renamed = pytester.path / "npu.log"
+    renamed.write_text(sample.read_text().replace("local_norm/", "local_norm/npu."))
+    result = pytester.runpytest(f"--acc-npu-log={renamed}", f"--acc-bench-log={sample}",
+                                "-p", "no:cacheprovider", "-k", "local_norm", "-rs")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*1 skipped*"])
+    result.stdout.fnmatch_lines(["*no parameter with a local norm in both logs at step 1 "
+                                 "(NPU names like ?'npu.lm_head.weight'*"])
