@@ -14,15 +14,15 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from pytest_accuracy.logs.table import to_float
+from pytest_accuracy.logs.table import is_true, read_value
 
 SEP = b"\x1f"  # ASCII unit separator: never in a log line we read
 _SEP_STR = SEP.decode("latin-1")
 _BLOCK = 1 << 16  # rows per read_csv call: bounded memory, one layout per block
 _SLICE = 1 << 25  # bytes of the file read_records takes at a time
 _SAMPLE = 16  # rows a block's layout is learnt from
-# Value texts that mean "no value" (pandas reads them as NaN, and so does to_float);
-# with the spaces the formats put around values, or pandas falls back to text.
+# Value texts pandas reads as NaN (table.read_value reads them as missing too), with the
+# spaces the formats put around values; any other "no value" text takes the slow path.
 _BARE_NA = ["", "nan", "NaN", "NAN", "-nan", "None", "none", "N/A", "n/a", "NA", "na", "null", "-"]
 _NA = [f"{a}{t}{b}" for t in _BARE_NA for a in ("", " ") for b in ("", " ")]
 
@@ -216,34 +216,19 @@ def _tokenize(block: Sequence[bytes], layout: Layout, spec: Fields) -> pd.DataFr
 
 
 def _numbers(column: pd.Series, odd: np.ndarray) -> tuple[np.ndarray, int]:
-    """float64 values; a column pandas could not type is converted text by text."""
+    """float64 values; a column pandas could not type is read text by text."""
     if column.dtype.kind in "fiub":
         return column.to_numpy(dtype=np.float64, na_value=np.nan), 0
-    texts = column.to_numpy(dtype=object)
-    values, _ = to_float([t if isinstance(t, str) else "" for t in texts])
+    read = [read_value(t if isinstance(t, str) else "") for t in column.to_numpy(dtype=object)]
+    values = np.fromiter((v for v, _ in read), np.float64, count=len(read))
+    junk = np.fromiter((not ok for _, ok in read), bool, count=len(read))
     # Only rows inside the layout count as bad values; odd rows are read again.
-    present = column.notna().to_numpy() & ~odd
-    return values, int((np.isnan(values) & present & ~_missing(texts)).sum())
-
-
-def _missing(texts: np.ndarray) -> np.ndarray:
-    """Texts that are a "no value" marker once stripped (NaN by design, not junk)."""
-    return np.fromiter(
-        (isinstance(t, str) and t.strip().strip("[]").strip().lower() in _NA_LOWER for t in texts),
-        bool,
-        count=len(texts),
-    )
-
-
-_NA_LOWER = {t.lower() for t in _BARE_NA} | {"unavailable"}
-
-
-_TRUE = ("true", "1", "1.0", "yes")
+    return values, int((junk & ~odd).sum())
 
 
 def _flag(column: pd.Series) -> np.ndarray:
     """True/False texts (``False``, ``[ True]``) as bool; NaN is False."""
     cat = column.astype("category")
-    truth = np.array([str(c).strip(" []").lower() in _TRUE for c in cat.cat.categories], bool)
+    truth = np.array([is_true(str(c)) for c in cat.cat.categories], bool)
     codes = cat.cat.codes.to_numpy()
     return np.where(codes >= 0, truth[np.maximum(codes, 0)] if len(truth) else False, False)

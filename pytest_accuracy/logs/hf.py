@@ -12,7 +12,7 @@ import numpy as np
 
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.logs.fields import SEP, Fields, read_records
-from pytest_accuracy.logs.table import LogTable, count_lines, finish, no_steps
+from pytest_accuracy.logs.table import LogTable, as_float, count_lines, finish, no_steps
 
 FORMAT_STATE = "hf-trainer-state"
 FORMAT_PRINTED = "hf-log"
@@ -43,7 +43,7 @@ def parse_state(data: bytes, path: Path) -> LogTable:
         raise no_steps(path, FORMAT_STATE)
     steps = np.array([int(r["step"]) for r in records], dtype=np.int64)
     cols = {
-        name: np.array([_num(r.get(key)) for r in records], dtype=np.float64)
+        name: np.array([as_float(r.get(key)) for r in records], dtype=np.float64)
         for key, name in _COLUMNS.items()
     }
     notes = ["HF loss is the mean over logging_steps, rounded to 4 decimals"]
@@ -68,7 +68,7 @@ def parse_printed(data: bytes, path: Path, logging_steps: int | None = None) -> 
             keep[i] = False
             continue
         for key, name in _COLUMNS.items():
-            cols[name][i] = _num(record.get(key))
+            cols[name][i] = as_float(record.get(key))
     if not keep.any():
         raise no_steps(path, FORMAT_PRINTED)
     cols = {k: v[keep] for k, v in cols.items()}
@@ -152,15 +152,3 @@ def _literal_with_floats(raw: bytes) -> object:
         except ValueError:
             out[key] = value.strip("'\"")
     return out
-
-
-def _num(value: object) -> float:
-    """A JSON/repr value as float; anything non-numeric is NaN."""
-    if isinstance(value, bool) or value is None:
-        return np.nan
-    if isinstance(value, int | float):
-        return float(value)
-    try:
-        return float(str(value))
-    except ValueError:
-        return np.nan

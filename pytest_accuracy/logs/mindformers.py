@@ -15,6 +15,7 @@ from pytest_accuracy.logs.table import (
     count_lines,
     cut_truncated_tail,
     finish,
+    is_true,
     no_steps,
     to_float,
     to_int,
@@ -166,7 +167,7 @@ def _read_odd(
         place["_epoch"][i], place["_per_epoch"][i] = int(epoch), int(per_epoch)
     value, bad = to_float([loss])
     column_of(cols, "loss", len(overflow))[i] = value[0]
-    return bad + _fill_from_text(rest, i, cols, overflow, len(overflow), overwrite=True)
+    return bad + _fill_from_text(rest, i, cols, overflow, len(overflow))
 
 
 def _split(rest: bytes) -> list[tuple[bytes, bytes]]:
@@ -179,18 +180,12 @@ def _split(rest: bytes) -> list[tuple[bytes, bytes]]:
     return out
 
 
-def _is_true(raw: bytes) -> bool:
-    """``overflow cond`` is ``False``/``True`` or a numpy bool repr like ``[ True]``."""
-    return raw.strip(b" []\r") in (b"True", b"1")
-
-
 def _fill_from_text(
     text: bytes,
     i: int,
     cols: dict[str, np.ndarray],
     overflow: np.ndarray,
     n: int,
-    overwrite: bool = False,
 ) -> int:
     """Fill row ``i`` from the ``key: value`` fields of ``text``."""
     bad = 0
@@ -199,13 +194,11 @@ def _fill_from_text(
         if name is None or name == "_step":
             continue
         if name == "overflow":
-            overflow[i] = _is_true(raw)
+            overflow[i] = is_true(raw)
             continue
         value, n_bad = to_float([raw])
         bad += n_bad
-        column = column_of(cols, name, n)
-        if overwrite or np.isnan(column[i]):
-            column[i] = value[0]
+        column_of(cols, name, n)[i] = value[0]
     return bad
 
 

@@ -65,12 +65,12 @@ def to_float(values: Sequence[bytes | str | float | None]) -> tuple[np.ndarray, 
     out = np.empty(len(values), dtype=np.float64)
     bad = 0
     for i, raw in enumerate(values):
-        out[i], ok = _one_float(raw)
+        out[i], ok = read_value(raw)
         bad += not ok
     return out, bad
 
 
-def _one_float(raw: bytes | str | float | None) -> tuple[float, bool]:
+def read_value(raw: bytes | str | float | None) -> tuple[float, bool]:
     """Parse one value; missing markers give (nan, True), junk gives (nan, False)."""
     if raw is None:
         return np.nan, True
@@ -92,6 +92,28 @@ def _one_float(raw: bytes | str | float | None) -> tuple[float, bool]:
     if text in (b"True", b"False"):
         return float(text == b"True"), True
     return np.nan, False
+
+
+#: Texts of a true flag (``overflow cond: [ True]``, CSV ``yes``, JSON ``true``), lower case.
+TRUE_TEXTS = frozenset({"true", "1", "1.0", "yes"})
+
+
+def is_true(text: bytes | str) -> bool:
+    """A flag's text, brackets and spaces aside, means True."""
+    raw = text.decode("latin-1") if isinstance(text, bytes) else text
+    return raw.strip(" []\r").lower() in TRUE_TEXTS
+
+
+def as_float(value: object) -> float:
+    """A JSON / Python-literal value as float; bool, None and anything non-numeric are NaN."""
+    if isinstance(value, bool) or value is None:
+        return np.nan
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return float(str(value))
+    except ValueError:
+        return np.nan
 
 
 def column_of(cols: dict[str, np.ndarray], name: str, n: int) -> np.ndarray:

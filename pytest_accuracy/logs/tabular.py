@@ -12,7 +12,16 @@ import pandas as pd
 
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.logs.fields import SEP, Fields, read_records
-from pytest_accuracy.logs.table import LogTable, column_of, count_lines, finish, no_steps
+from pytest_accuracy.logs.table import (
+    TRUE_TEXTS,
+    LogTable,
+    as_float,
+    column_of,
+    count_lines,
+    finish,
+    is_true,
+    no_steps,
+)
 
 FORMAT = "tabular"
 
@@ -36,12 +45,6 @@ ALIASES: dict[str, tuple[str, ...]] = {
 
 _KNOWN = {alias for aliases in ALIASES.values() for alias in aliases}
 _JSON_ROW = re.compile(rb"\{([^\n]*)\}")
-_JSON_FIELDS = Fields(
-    bytes.maketrans(b',:{}"[]\r', SEP * 2 + b" " * 6),
-    lambda key: _json_key(key),
-    fixed={},
-    flags=frozenset({"skipped"}),
-)
 
 
 def parse(data: bytes, path: Path) -> LogTable:
@@ -120,9 +123,9 @@ def _json_lines(data: bytes, notes: list[str]) -> pd.DataFrame:
             name = _json_key(str(key))
             if name == "skipped":
                 flags = np.zeros(n, dtype=bool) if flags is None else flags
-                flags[i] = str(value).strip().lower() in ("true", "1", "1.0", "yes")
+                flags[i] = is_true(str(value))
             elif name is not None:
-                column_of(columns, name, n)[i] = _number(value)
+                column_of(columns, name, n)[i] = as_float(value)
     # Lines that are neither blank nor ``#`` comments (a line of spaces counts as unreadable).
     n_lines = count_lines(data) - data.count(b"\n\n") - data.startswith(b"\n")
     n_lines -= data.count(b"\n#") + data.startswith(b"#")
@@ -145,11 +148,12 @@ def _json_key(key: str) -> str | None:
     return key if norm in _KNOWN or norm.endswith("loss") else None
 
 
-def _number(value: object) -> float:
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return float("nan")
+_JSON_FIELDS = Fields(
+    bytes.maketrans(b',:{}"[]\r', SEP * 2 + b" " * 6),
+    _json_key,
+    fixed={},
+    flags=frozenset({"skipped"}),
+)
 
 
 def _norm(name: object) -> str:
@@ -171,4 +175,4 @@ def _match_columns(columns: list[object]) -> dict[object, str]:
 def _flags(column: pd.Series) -> np.ndarray:
     """``True``/``1``/``yes`` → True; anything else False."""
     text = column.astype(str).str.strip().str.lower()
-    return text.isin(["true", "1", "1.0", "yes"]).to_numpy()
+    return text.isin(TRUE_TEXTS).to_numpy()
