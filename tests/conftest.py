@@ -7,7 +7,18 @@ from pathlib import Path
 
 import pytest
 
+from pytest_accuracy.logs import speedups
 from tests.helpers import dump
+
+
+@pytest.fixture(params=["compiled", "pure"])
+def log_reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a log test with the compiled scanner and again with the pure-Python path."""
+    if request.param == "pure":
+        monkeypatch.setenv(speedups.PURE_ENV, "1")
+    elif speedups.scanner() is None:
+        pytest.skip("the compiled log scanner is not built in this install")
+    return str(request.param)
 
 
 @pytest.fixture

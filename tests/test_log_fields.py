@@ -7,7 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_accuracy.logs import fields, megatron, read_log
+from pytest_accuracy.logs import fields, megatron, read_log, records
+
+pytestmark = pytest.mark.usefixtures("log_reader")
 
 MEGATRON = (
     " [2025-10-22 16:59:16] iteration {step:8d}/ 1000 | consumed samples: {samples:12d} | "
@@ -78,7 +80,8 @@ def test_mindformers_extra_and_missing_fields(tmp_path: Path) -> None:
 
 def test_layout_learnt_per_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A resumed run printing another field set is read by its own layout, not one by one."""
-    monkeypatch.setattr(fields, "_BLOCK", 8)
+    monkeypatch.setattr(fields, "_BLOCK", 8)  # pure path: a layout per block of 8 rows
+    monkeypatch.setattr(records, "_FEW", 4)  # compiled: 8 lines outside the first layout are many
     rows = values(16)
     old = [MEGATRON.format(**r) for r in rows[:8]]
     new = [MEGATRON.format(**r).replace("| loss scale: 1.0 ", "") for r in rows[8:]]

@@ -17,6 +17,8 @@ SAMPLES = Path(__file__).parent / "data" / "log_samples"
 EXAMPLES = Path(__file__).parent.parent / "example_data" / "logs"
 TRIED = ", ".join(FORMATS)
 
+pytestmark = pytest.mark.usefixtures("log_reader")  # compiled scanner and pure path alike
+
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
     path = tmp_path / name

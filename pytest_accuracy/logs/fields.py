@@ -34,6 +34,7 @@ class Layout:
     width: int  # fields per row, counting the empty sentinel field appended to each row
     keys: tuple[tuple[int, str], ...]  # (position, exact token with its spaces)
     values: tuple[tuple[int, str], ...]  # (position, column name)
+    seps: bytes = b""  # the row's separator bytes as written (the C scanner checks them)
 
 
 @dataclass(frozen=True)
@@ -67,20 +68,32 @@ def read_records(data: bytes, pattern: re.Pattern[bytes], spec: Fields) -> Colum
     rows are kept (``odd_rows``).  Slices keep the record lists small: less
     memory, and the bytes stay in cache between the regex and the tokenizer.
     """
+    return read_located(data, pattern, spec, None)
+
+
+def read_located(
+    data: bytes, pattern: re.Pattern[bytes], spec: Fields, starts: list[int] | None
+) -> Columns:
+    """``read_records``; with a ``starts`` list, each record's offset in ``data`` is appended."""
     parts: list[Columns] = []
     offset, pos = 0, 0
     while pos < len(data):
         end = data.find(b"\n", pos + _SLICE)
         end = len(data) if end < 0 else end + 1
-        rows = pattern.findall(data, pos, end)
+        if starts is None:
+            rows = pattern.findall(data, pos, end)
+        else:
+            found = list(pattern.finditer(data, pos, end))
+            rows = [m.group(1) for m in found]
+            starts += [m.start(1) for m in found]
         part = read_rows(rows, spec)
         part.odd_rows = {offset + i: rows[i] for i in np.flatnonzero(part.odd).tolist()}
         parts.append(part)
         offset, pos = offset + len(rows), end
-    return _concat(parts)
+    return concat(parts)
 
 
-def _concat(parts: list[Columns]) -> Columns:
+def concat(parts: list[Columns]) -> Columns:
     """One ``Columns`` of the slices' rows, in order; a column a slice lacks is NaN / False."""
     if len(parts) == 1:
         return parts[0]
@@ -139,7 +152,9 @@ def learn_layout(sample: Sequence[bytes], spec: Fields) -> Layout | None:
     """The most common field layout among ``sample`` (kept keys and their positions)."""
     seen: Counter[Layout] = Counter()
     for raw in sample:
-        tokens = (raw + SEP).translate(spec.table).decode("latin-1").split(_SEP_STR)
+        translated = raw.translate(spec.table)
+        tokens = (translated + SEP).decode("latin-1").split(_SEP_STR)
+        seps = bytes(raw[i] for i, c in enumerate(translated) if c == SEP[0])
         keys: dict[int, str] = {}
         values = dict(spec.fixed)
         for i, token in enumerate(tokens[:-2]):
@@ -147,7 +162,7 @@ def learn_layout(sample: Sequence[bytes], spec: Fields) -> Layout | None:
             if name is not None and i not in values and i + 1 not in values:
                 keys[i], values[i + 1] = token, name
         if keys and not any(_merged(t, spec) for t in tokens):
-            seen[Layout(len(tokens), tuple(keys.items()), tuple(values.items()))] += 1
+            seen[Layout(len(tokens), tuple(keys.items()), tuple(values.items()), seps)] += 1
     return seen.most_common(1)[0][0] if seen else None
 
 

@@ -11,13 +11,14 @@ from typing import Any
 import numpy as np
 
 from pytest_accuracy.errors import AccuracyInputError
-from pytest_accuracy.logs.fields import SEP, Fields, read_records
+from pytest_accuracy.logs.fields import SEP, Fields
+from pytest_accuracy.logs.records import Records, read_records
 from pytest_accuracy.logs.table import LogTable, as_float, count_lines, finish, no_steps
 
 FORMAT_STATE = "hf-trainer-state"
 FORMAT_PRINTED = "hf-log"
 
-_DICT = re.compile(rb"\{'loss': ([^\n{}]*)\}")
+_DICT = Records(re.compile(rb"\{'loss': ([^\n{}]*)\}"), b"{'loss': ", close="first")
 _BARE = re.compile(r"(?<=[:,\[ ])(-?)(nan|inf|NaN|Infinity)(?=[,}\] ])")
 # trainer_state.json keys → table columns (everything else in a record is ignored).
 _COLUMNS = {"loss": "loss", "grad_norm": "grad_norm", "learning_rate": "lr"}
@@ -56,7 +57,7 @@ def parse_printed(data: bytes, path: Path, logging_steps: int | None = None) -> 
     The printed dict has no step: step k is ``k * logging_steps`` when that is
     given, else the step of the run's trainer_state.json record, else ``k`` (1..N);
     the table's notes say which.  The dicts are read column-wise
-    (``fields.read_records``); a dict of another shape is evaluated as a literal.
+    (``records.read_records``); a dict of another shape is evaluated as a literal.
     """
     parsed = read_records(data, _DICT, _FIELDS)
     n = len(parsed)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pytest_accuracy.logs.fields import SEP, Fields, read_records
+from pytest_accuracy.logs.fields import SEP, Fields
+from pytest_accuracy.logs.records import Records, read_records
 from pytest_accuracy.logs.table import (
     LogTable,
     column_of,
@@ -21,7 +22,7 @@ from pytest_accuracy.logs.table import (
 FORMAT = "megatron"
 
 # A step record from the iteration number on; ``_ODD`` reads one outside the layout.
-_ROW = re.compile(rb"iteration +(\d+/[^\n]*)")
+_ROW = Records(re.compile(rb"iteration +(\d+/[^\n]*)"), b"iteration ", skip_spaces=True)
 _ODD = re.compile(rb"(\d+)/ *\d+ *\|([^\n\r]*)")
 _COMPLETE = re.compile(rb"\|\s*$")
 _HEAD = 1 << 24
@@ -39,8 +40,8 @@ _UNRELIABLE = "current loss is not reliable"
 def parse(data: bytes, path: Path) -> LogTable:
     """Read every ``iteration N/M | key: value | ...`` line into a LogTable.
 
-    Speed: the lines are parsed column-wise by ``fields.read_records`` (pandas' C
-    tokenizer, keys checked per row); a line whose fields differ from its
+    Speed: the lines are parsed column-wise by ``records.read_records`` (one C
+    pass, or pandas' C tokenizer; keys checked per row); a line whose fields differ from its
     block's layout (extra, missing or reordered keys) is read field by field.
     """
     data, tail = cut_truncated_tail(data, _COMPLETE)

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pytest_accuracy.logs.fields import SEP, Columns, Fields, read_records
+from pytest_accuracy.logs.fields import SEP, Columns, Fields
+from pytest_accuracy.logs.records import Records, read_records
 from pytest_accuracy.logs.table import (
     LogTable,
     column_of,
@@ -24,9 +25,11 @@ from pytest_accuracy.logs.table import (
 # A step record from the marker on: MFLossMonitor generations G0-G4 (``Epoch:[``)
 # or the 2026 dynamic-graph trainer (``{ step:[``, no epoch).  With local-norm
 # lines in the file (they start ``Epoch:[`` too) only records with a loss are taken.
-_EPOCH_ROW = re.compile(rb"Epoch:\[([^\n]*)")
-_EPOCH_LOSS_ROW = re.compile(rb"Epoch:\[([^\]\n]*\], step:\[[^\]\n]*\], loss[^\n]*)")
-_PYNATIVE_ROW = re.compile(rb"\{ step:\[([^\n]*)")
+_EPOCH_ROW = Records(re.compile(rb"Epoch:\[([^\n]*)"), b"Epoch:[")
+_EPOCH_LOSS_ROW = Records(
+    re.compile(rb"Epoch:\[([^\]\n]*\], step:\[[^\]\n]*\], loss[^\n]*)"), b"Epoch:["
+)
+_PYNATIVE_ROW = Records(re.compile(rb"\{ step:\[([^\n]*)"), b"{ step:[")
 # Skip-data (``skip_data_grad_norm_threshold``): the line after a step's record.
 _IS_SKIP = re.compile(rb"is_skip: *\[? *True")
 _STEP_HEAD = re.compile(rb"(?:Epoch:\[ *(\d+)/ *\d+\], )?step:\[ *(\d+)/ *(\d+)\]")
@@ -114,7 +117,7 @@ _PYNATIVE_FIELDS = Fields(_TABLE, _column, {0: "_step"}, frozenset({"overflow"})
 def _step_records(data: bytes, has_local: bool) -> tuple[Columns, re.Pattern[bytes]]:
     """The step records of the file read column-wise, and how to read an odd one."""
     epoch_row = _EPOCH_LOSS_ROW if has_local else _EPOCH_ROW
-    if epoch_row.search(data):
+    if epoch_row.pattern.search(data):
         return read_records(data, epoch_row, _EPOCH_FIELDS), _ODD_EPOCH
     return read_records(data, _PYNATIVE_ROW, _PYNATIVE_FIELDS), _ODD_PYNATIVE
 

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.logs.speedups import scanner
 
 #: Columns every ``LogTable.frame`` has, in this order, before any extra loss columns.
 STANDARD_COLUMNS = ("loss", "grad_norm", "lr", "loss_scale", "skipped")
@@ -149,6 +150,9 @@ def cut_truncated_tail(data: bytes, complete: re.Pattern[bytes] | None) -> tuple
 
 def count_lines(data: bytes) -> int:
     """Number of lines (one C-level count; blank lines included)."""
+    scan = scanner()
+    if scan is not None:
+        return int(scan.count_lines(data))
     return data.count(b"\n") + (bool(data) and not data.endswith(b"\n"))
 
 

@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from pytest_accuracy.errors import AccuracyInputError
-from pytest_accuracy.logs.fields import SEP, Fields, read_records
+from pytest_accuracy.logs.fields import SEP, Fields
+from pytest_accuracy.logs.records import Records, read_records
 from pytest_accuracy.logs.table import (
     TRUE_TEXTS,
     LogTable,
@@ -44,7 +45,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
 
 
 _KNOWN = {alias for aliases in ALIASES.values() for alias in aliases}
-_JSON_ROW = re.compile(rb"\{([^\n]*)\}")
+_JSON_ROW = Records(re.compile(rb"\{([^\n]*)\}"), b"{", close="last")
 
 
 def parse(data: bytes, path: Path) -> LogTable:
@@ -107,7 +108,7 @@ def _first_record(data: bytes) -> bytes:
 
 
 def _json_lines(data: bytes, notes: list[str]) -> pd.DataFrame:
-    """JSON lines read column-wise (``fields.read_records``); other shapes through ``json``."""
+    """JSON lines read column-wise (``records.read_records``); other shapes through ``json``."""
     parsed = read_records(data, _JSON_ROW, _JSON_FIELDS)
     n = len(parsed)
     columns: dict[str, np.ndarray] = dict(parsed.values)

@@ -1,0 +1,16 @@
+def scan(
+    data: bytes,
+    start: int,
+    end: int,
+    marker: bytes,
+    skip_spaces: bool,
+    close: int,
+    table: bytes,
+    seps: bytes,
+    kinds: bytes,
+    keys: tuple[bytes, ...],
+    na: tuple[bytes, ...],
+    truth: tuple[bytes, ...],
+    /,
+) -> tuple[bytearray, bytes, bytes]: ...
+def count_lines(data: bytes, /) -> int: ...

@@ -1,0 +1,164 @@
+"""Step records of a log: the compiled scanner where it was built, the pandas path as referee."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Literal
+
+import numpy as np
+
+from pytest_accuracy.logs import fields
+from pytest_accuracy.logs.fields import Columns, Fields, Layout
+from pytest_accuracy.logs.speedups import scanner
+from pytest_accuracy.logs.table import TRUE_TEXTS
+
+_ROUNDS = 4  # layouts tried on the lines the previous one did not fit (a run that changed keys)
+_FEW = 64  # fewer odd lines than this are outliers, read one by one as the pure path does
+_CLOSE = {"line": 0, "first": 1, "last": 2}
+_NA = tuple(t.encode() for t in fields._BARE_NA)
+_TRUTH = tuple(t.encode() for t in sorted(TRUE_TEXTS))
+
+
+@dataclass(frozen=True)
+class Records:
+    """Where a format's step records are.
+
+    ``pattern``'s group 1 is the record: that is the definition, and the pure
+    path uses it.  The scanner finds the same records without a regex: group 1
+    starts after the first ``marker`` of a line (and the spaces after it when
+    ``skip_spaces``) and ends at the line's end, its first ``}`` (``close="first"``)
+    or its last ``}`` (``"last"``).
+    """
+
+    pattern: re.Pattern[bytes]
+    marker: bytes
+    close: Literal["line", "first", "last"] = "line"
+    skip_spaces: bool = False
+
+
+def read_records(data: bytes, where: Records, spec: Fields) -> Columns:
+    """Every record of ``data`` read into columns, in file order (see ``fields.Columns``).
+
+    The C scanner reads each line that fits the layout learnt from the first
+    records, in one pass over the bytes.  The lines it does not fit exactly (a
+    key moved or added, a value that is no plain number, two records on a line)
+    are outliers when few: their records are flagged for the format's one-by-one
+    reading, as in the pure path.  Many such lines get a layout of their own, up
+    to ``_ROUNDS`` times, and what is left is read by ``fields.read_records``,
+    the pure path, which is also what runs without the compiled module.  Both
+    give the same table.
+    """
+    scan = scanner()
+    if scan is None:
+        return fields.read_records(data, where.pattern, spec)
+    parts: list[tuple[np.ndarray, Columns]] = []
+    buf, origin, few = data, _Origin.identity(), False
+    for _ in range(_ROUNDS):
+        sample = [m.group(1) for m in itertools.islice(where.pattern.finditer(buf), 16)]
+        layout = fields.learn_layout(sample, spec)
+        scanned = _scan_with(scan, buf, where, spec, layout) if layout else None
+        if scanned is None or not len(scanned[0]):
+            break
+        starts, part, odd = scanned
+        parts.append((origin.to_data(starts), part))
+        buf, origin = _gather(buf, odd, origin)
+        few = len(odd) < _FEW
+        if few:
+            break
+    if buf:
+        located: list[int] = []
+        part = (_outliers if few else fields.read_located)(buf, where.pattern, spec, located)
+        parts.append((origin.to_data(np.array(located, dtype=np.int64)), part))
+    return _in_file_order(parts)
+
+
+@dataclass(frozen=True)
+class _Origin:
+    """Maps offsets in a buffer of gathered lines back to offsets in the file."""
+
+    here: np.ndarray | None  # where each gathered line starts in the buffer
+    there: np.ndarray | None  # where it starts in the file
+
+    @classmethod
+    def identity(cls) -> _Origin:
+        return cls(None, None)
+
+    def to_data(self, offsets: np.ndarray) -> np.ndarray:
+        if self.here is None or self.there is None:
+            return offsets
+        line = np.searchsorted(self.here, offsets, side="right") - 1
+        return self.there[line] + (offsets - self.here[line])
+
+
+def _scan_with(
+    scan: ModuleType, buf: bytes, where: Records, spec: Fields, layout: Layout
+) -> tuple[np.ndarray, Columns, np.ndarray] | None:
+    """One C pass with ``layout``: record offsets, their columns, (start, end) of odd lines."""
+    ntok = layout.width - 1
+    if any(pos >= ntok for pos, _ in layout.values):
+        return None  # a fixed position the rows do not have: the pure path says why
+    kinds, keys = bytearray(ntok), [b""] * ntok
+    for pos, token in layout.keys:
+        kinds[pos], keys[pos] = 1, token.encode("latin-1")
+    for pos, name in layout.values:
+        kinds[pos] = 3 if name in spec.flags else 2
+    values, starts_raw, odd_raw = scan.scan(
+        buf, 0, len(buf), where.marker, where.skip_spaces, _CLOSE[where.close], spec.table,
+        layout.seps, bytes(kinds), tuple(keys), _NA, _TRUTH,
+    )  # fmt: skip
+    starts = np.frombuffer(starts_raw, dtype=np.int64)
+    n = len(starts)
+    kept = sorted(pos for pos, _ in layout.values)
+    matrix = np.frombuffer(values, dtype=np.float64).reshape(len(kept), n)
+    column = {pos: matrix[j] for j, pos in enumerate(kept)}
+    part = Columns({}, {}, np.zeros(n, dtype=bool), 0)
+    for pos, name in layout.values:  # in the pure path's order: a repeated name keeps the last
+        if name in spec.flags:
+            part.flags[name] = column[pos] != 0
+        else:
+            part.values[name] = column[pos]
+    return starts, part, np.frombuffer(odd_raw, dtype=np.int64).reshape(-1, 2)
+
+
+def _outliers(buf: bytes, pattern: re.Pattern[bytes], spec: Fields, starts: list[int]) -> Columns:
+    """The records of a few odd lines, each flagged for the format's one-by-one reading."""
+    found = list(pattern.finditer(buf))
+    starts += [m.start(1) for m in found]
+    rows = {i: m.group(1) for i, m in enumerate(found)}
+    return Columns({}, {}, np.ones(len(rows), dtype=bool), 0, rows)
+
+
+def _gather(buf: bytes, odd: np.ndarray, origin: _Origin) -> tuple[bytes, _Origin]:
+    """The odd lines joined into one buffer, and where they came from in the file."""
+    if not len(odd):
+        return b"", origin
+    lengths = odd[:, 1] - odd[:, 0]
+    here = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+    joined = b"".join([buf[a:b] for a, b in odd.tolist()])
+    return joined, _Origin(here, origin.to_data(odd[:, 0]))
+
+
+def _in_file_order(parts: list[tuple[np.ndarray, Columns]]) -> Columns:
+    """The parts' rows as one ``Columns``, sorted by where each record is in the file."""
+    if len(parts) <= 1:
+        return parts[0][1] if parts else fields.concat([])
+    shift = 0
+    for _, part in parts:  # odd row numbers become numbers in the joined rows
+        part.odd_rows = {shift + i: row for i, row in part.odd_rows.items()}
+        shift += len(part)
+    merged = fields.concat([part for _, part in parts])
+    order = np.argsort(np.concatenate([starts for starts, _ in parts]), kind="stable")
+    if (order == np.arange(len(order))).all():
+        return merged
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return Columns(
+        {k: v[order] for k, v in merged.values.items()},
+        {k: v[order] for k, v in merged.flags.items()},
+        merged.odd[order],
+        merged.bad,
+        {int(rank[i]): row for i, row in merged.odd_rows.items()},
+    )
