@@ -18,6 +18,10 @@
 #define SIMD_SEPS 4 /* separators compared 16 bytes at a time (more: one byte at a time) */
 #endif
 
+#include <float.h>
+/* Clinger's fast path needs plain double arithmetic (not x87's extended precision). */
+#define FAST_PATH_OK (FLT_EVAL_METHOD == 0)
+
 #define SEP 0x1f       /* what the layout's translate table maps separators to */
 #define NUM_MAX 64     /* longest value text parsed here; longer ones go to Python */
 #define MAX_TEXTS 64   /* missing-value and true-flag texts */
@@ -44,6 +48,7 @@ typedef struct {
     const unsigned char *kinds; /* KIND_* per token */
     Text *keys;                 /* exact translated key text per token (KIND_KEY) */
     Py_ssize_t ntok, nvals;
+    Py_ssize_t last_key; /* a short record must reach this token (pandas pads with "") */
     Text na[MAX_TEXTS], truth[MAX_TEXTS];
     Py_ssize_t n_na, n_truth;
 } Layout;
@@ -157,7 +162,7 @@ static int parse_number(const unsigned char *s, Py_ssize_t n, double *out)
     if (digits && i != n)
         return 0;
     exp10 -= frac;
-    if (exact && mant <= ((uint64_t)1 << 53) && exp10 >= -22 && exp10 <= 22) {
+    if (FAST_PATH_OK && exact && mant <= ((uint64_t)1 << 53) && exp10 >= -22 && exp10 <= 22) {
         /* Both operands exact: one IEEE operation rounds correctly (Clinger's fast path). */
         double v = (double)mant;
         v = exp10 >= 0 ? v * POW10[exp10] : v / POW10[-exp10];
@@ -255,32 +260,36 @@ static Py_ssize_t next_sep(const Layout *L, const unsigned char *s, Py_ssize_t p
     return p;
 }
 
-/* 1 and ``vals`` filled: the record has exactly the layout's fields; 0 otherwise. */
+enum { FIT_NO = 0, FIT_YES = 1, FIT_VALUES = 2 };
+
+/* FIT_YES and ``vals`` filled: the record has the layout's fields; FIT_VALUES: it has, but
+ * a value is not a plain number (Python reads those); FIT_NO otherwise.  As in the pandas
+ * path, a short record fits when all its keys are there: its absent values are missing. */
 static int fit(const Layout *L, const unsigned char *s, Py_ssize_t n, double *vals)
 {
     const unsigned char *T = L->table;
     Py_ssize_t tok = 0, start = 0, v = 0;
+    int plain = 1;
     for (Py_ssize_t p = next_sep(L, s, 0, n); p <= n; p = next_sep(L, s, p + 1, n)) {
         if (tok >= L->ntok)
-            return 0;
-        if (p < n ? (tok == L->ntok - 1 || s[p] != L->seps[tok]) : tok != L->ntok - 1)
-            return 0;
+            return FIT_NO;
+        if (p < n && (tok == L->ntok - 1 || s[p] != L->seps[tok]))
+            return FIT_NO;
         const unsigned char *tk = s + start;
         Py_ssize_t len = p - start;
         switch (L->kinds[tok]) {
         case KIND_KEY:
             if (len != L->keys[tok].len)
-                return 0;
+                return FIT_NO;
             if (L->keys[tok].plain && memcmp(tk, L->keys[tok].bytes, (size_t)len) == 0)
                 break;
             for (Py_ssize_t i = 0; i < len; i++)
                 if (T[tk[i]] != L->keys[tok].bytes[i])
-                    return 0;
+                    return FIT_NO;
             break;
         case KIND_NUMBER:
         case KIND_FLAG:
-            if (!read_token(L, L->kinds[tok], tk, len, &vals[v++]))
-                return 0;
+            plain &= read_token(L, L->kinds[tok], tk, len, &vals[v++]);
             break;
         default:
             break;
@@ -290,7 +299,12 @@ static int fit(const Layout *L, const unsigned char *s, Py_ssize_t n, double *va
         if (p == n)
             break;
     }
-    return tok == L->ntok;
+    if (tok <= L->last_key)
+        return FIT_NO;
+    for (; tok < L->ntok; tok++) /* absent trailing fields: no value, no flag */
+        if (L->kinds[tok] == KIND_NUMBER || L->kinds[tok] == KIND_FLAG)
+            vals[v++] = L->kinds[tok] == KIND_NUMBER ? Py_NAN : 0.0;
+    return plain ? FIT_YES : FIT_VALUES;
 }
 
 /* Where the record that starts at ``rs`` ends (exclusive), or -1: the line is odd. */
@@ -356,6 +370,7 @@ static int load_layout(Layout *L, PyObject *table, PyObject *seps, PyObject *kin
         return -1;
     }
     L->nvals = 0;
+    L->last_key = -1;
     for (Py_ssize_t i = 0; i < L->ntok; i++) {
         PyObject *key = PyTuple_GET_ITEM(keys, i);
         if (!PyBytes_Check(key) || L->kinds[i] > KIND_FLAG) {
@@ -368,6 +383,8 @@ static int load_layout(Layout *L, PyObject *table, PyObject *seps, PyObject *kin
         for (Py_ssize_t j = 0; j < L->keys[i].len; j++)
             L->keys[i].plain &= L->table[L->keys[i].bytes[j]] == L->keys[i].bytes[j];
         L->nvals += L->kinds[i] == KIND_NUMBER || L->kinds[i] == KIND_FLAG;
+        if (L->kinds[i] == KIND_KEY)
+            L->last_key = i;
     }
     if (load_texts(na, L->na, &L->n_na) < 0 || load_texts(truth, L->truth, &L->n_truth) < 0)
         return -1;
@@ -390,7 +407,7 @@ static PyObject *columns(const Buf *rows, Py_ssize_t n, Py_ssize_t k)
 
 static int scan_lines(const unsigned char *d, Py_ssize_t pos, Py_ssize_t end, const char *marker,
                       Py_ssize_t mlen, int skip_spaces, int close, const Layout *L, Buf *vals,
-                      Buf *starts, Buf *odd, double *row)
+                      Buf *starts, Buf *odd, Buf *junk, double *row)
 {
     while (pos < end) {
         const unsigned char *hit = find(d + pos, (size_t)(end - pos), marker, (size_t)mlen);
@@ -410,15 +427,15 @@ static int scan_lines(const unsigned char *d, Py_ssize_t pos, Py_ssize_t end, co
         /* A second record on the line (the regex would find it too): Python reads the line. */
         if (ok && close != CLOSE_LINE && re + 1 < le)
             ok = find(d + re + 1, (size_t)(le - re - 1), marker, (size_t)mlen) == NULL;
-        ok = ok && fit(L, d + rs, re - rs, row);
-        if (ok) {
+        int fits = ok ? fit(L, d + rs, re - rs, row) : FIT_NO;
+        if (fits == FIT_YES) {
             int64_t at = rs;
             if (buf_put(vals, row, (size_t)L->nvals * sizeof(double)) < 0 ||
                 buf_put(starts, &at, sizeof(at)) < 0)
                 return -1;
         } else {
             int64_t span[2] = {ls, next};
-            if (buf_put(odd, span, sizeof(span)) < 0)
+            if (buf_put(fits == FIT_VALUES ? junk : odd, span, sizeof(span)) < 0)
                 return -1;
         }
         pos = next;
@@ -428,10 +445,11 @@ static int scan_lines(const unsigned char *d, Py_ssize_t pos, Py_ssize_t end, co
 
 PyDoc_STRVAR(scan_doc,
 "scan(data, start, end, marker, skip_spaces, close, table, seps, kinds, keys, na, truth)\n"
-"-> (values: bytearray, starts: bytes, odd: bytes)\n\n"
+"-> (values: bytearray, starts: bytes, odd: bytes, junk: bytes)\n\n"
 "Read the records of data[start:end] that fit the layout.  values holds float64\n"
 "columns (one per kept token, column-major), starts the int64 offset of each record,\n"
-"odd int64 (line start, next line start) pairs of marker lines that did not fit.");
+"odd int64 (line start, next line start) pairs of marker lines that did not fit,\n"
+"junk the same for lines that fit but have a value that is no plain number.");
 
 static PyObject *scan(PyObject *self, PyObject *args)
 {
@@ -442,11 +460,11 @@ static PyObject *scan(PyObject *self, PyObject *args)
     PyObject *table, *seps, *kinds, *keys, *na, *truth;
     (void)self;
     if (!PyArg_ParseTuple(args, "y*nny#iiSSSO!O!O!", &view, &start, &end, &marker, &mlen,
-                          &skip_spaces, &close, &table, &seps, &kinds, &PyTuple_Type, &keys,
-                          &PyTuple_Type, &na, &PyTuple_Type, &truth))
+                          &skip_spaces, &close, &table, &seps, &kinds, &PyTuple_Type,
+                          &keys, &PyTuple_Type, &na, &PyTuple_Type, &truth))
         return NULL;
     Layout L = {0};
-    Buf vals = {0}, starts = {0}, odd = {0};
+    Buf vals = {0}, starts = {0}, odd = {0}, junk = {0};
     PyObject *result = NULL;
     double *row = NULL;
     if (start < 0 || end > view.len || start > end || mlen < 1 || close < 0 || close > 2) {
@@ -461,22 +479,24 @@ static PyObject *scan(PyObject *self, PyObject *args)
         goto done;
     }
     if (scan_lines((const unsigned char *)view.buf, start, end, marker, mlen, skip_spaces, close,
-                   &L, &vals, &starts, &odd, row) < 0) {
+                   &L, &vals, &starts, &odd, &junk, row) < 0) {
         PyErr_NoMemory();
         goto done;
     }
     Py_ssize_t n = (Py_ssize_t)(starts.len / sizeof(int64_t));
     PyObject *values = columns(&vals, n, L.nvals);
     if (values != NULL)
-        result = Py_BuildValue("Ny#y#", values, starts.data ? starts.data : "",
+        result = Py_BuildValue("Ny#y#y#", values, starts.data ? starts.data : "",
                                (Py_ssize_t)starts.len, odd.data ? odd.data : "",
-                               (Py_ssize_t)odd.len);
+                               (Py_ssize_t)odd.len, junk.data ? junk.data : "",
+                               (Py_ssize_t)junk.len);
 done:
     PyMem_Free(row);
     PyMem_Free(L.keys);
     free(vals.data);
     free(starts.data);
     free(odd.data);
+    free(junk.data);
     PyBuffer_Release(&view);
     return result;
 }

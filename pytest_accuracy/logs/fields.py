@@ -72,9 +72,15 @@ def read_records(data: bytes, pattern: re.Pattern[bytes], spec: Fields) -> Colum
 
 
 def read_located(
-    data: bytes, pattern: re.Pattern[bytes], spec: Fields, starts: list[int] | None
+    data: bytes,
+    pattern: re.Pattern[bytes],
+    spec: Fields,
+    starts: list[int] | None,
+    layout: Layout | None = None,
 ) -> Columns:
-    """``read_records``; with a ``starts`` list, each record's offset in ``data`` is appended."""
+    """``read_records``; with a ``starts`` list, each record's offset in ``data`` is appended.
+
+    A ``layout`` is used for every block instead of one learnt from its first rows."""
     parts: list[Columns] = []
     offset, pos = 0, 0
     while pos < len(data):
@@ -86,7 +92,7 @@ def read_located(
             found = list(pattern.finditer(data, pos, end))
             rows = [m.group(1) for m in found]
             starts += [m.start(1) for m in found]
-        part = read_rows(rows, spec)
+        part = read_rows(rows, spec, layout)
         part.odd_rows = {offset + i: rows[i] for i in np.flatnonzero(part.odd).tolist()}
         parts.append(part)
         offset, pos = offset + len(rows), end
@@ -118,7 +124,7 @@ def _or_false(column: np.ndarray | None, n: int) -> np.ndarray:
     return np.zeros(n, dtype=bool) if column is None else column
 
 
-def read_rows(rows: Sequence[bytes], spec: Fields) -> Columns:
+def read_rows(rows: Sequence[bytes], spec: Fields, known: Layout | None = None) -> Columns:
     """Parse ``rows`` (step lines from the marker on) block by block.
 
     One Python regex match per line was the cost that dominated; here the rows of
@@ -132,7 +138,7 @@ def read_rows(rows: Sequence[bytes], spec: Fields) -> Columns:
     out = Columns({}, {}, np.zeros(n, dtype=bool), 0)
     for start in range(0, n, _BLOCK):
         block = rows[start : start + _BLOCK]
-        layout = learn_layout(block[:_SAMPLE], spec)
+        layout = known or learn_layout(block[:_SAMPLE], spec)
         try:
             if layout is not None:
                 _read_block(block, layout, spec, out, start, n)
@@ -234,7 +240,9 @@ def _numbers(column: pd.Series, odd: np.ndarray) -> tuple[np.ndarray, int]:
     """float64 values; a column pandas could not type is read text by text."""
     if column.dtype.kind in "fiub":
         return column.to_numpy(dtype=np.float64, na_value=np.nan), 0
-    read = [read_value(t if isinstance(t, str) else "") for t in column.to_numpy(dtype=object)]
+    # pandas keeps an integer too big for int64 as a Python int; NaN and None are missing.
+    texts = column.to_numpy(dtype=object)
+    read = [read_value(t if isinstance(t, str | int | float) else "") for t in texts]
     values = np.fromiter((v for v, _ in read), np.float64, count=len(read))
     junk = np.fromiter((not ok for _, ok in read), bool, count=len(read))
     # Only rows inside the layout count as bad values; odd rows are read again.

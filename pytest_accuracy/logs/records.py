@@ -43,13 +43,14 @@ def read_records(data: bytes, where: Records, spec: Fields) -> Columns:
     """Every record of ``data`` read into columns, in file order (see ``fields.Columns``).
 
     The C scanner reads each line that fits the layout learnt from the first
-    records, in one pass over the bytes.  The lines it does not fit exactly (a
-    key moved or added, a value that is no plain number, two records on a line)
-    are outliers when few: their records are flagged for the format's one-by-one
-    reading, as in the pure path.  Many such lines get a layout of their own, up
-    to ``_ROUNDS`` times, and what is left is read by ``fields.read_records``,
-    the pure path, which is also what runs without the compiled module.  Both
-    give the same table.
+    records, in one pass over the bytes.  A line that fits but has a value that
+    is no plain number (``1.2.3``, ``[3.5]``) is read by ``fields.read_records``,
+    the pure path, which reads such values as it always does.  The lines that do
+    not fit (a key moved or added, two records on a line) are outliers when few:
+    their records are flagged for the format's one-by-one reading, as in the pure
+    path.  Many get a layout of their own, up to ``_ROUNDS`` times, and what is
+    left goes to the pure path, which is also what runs without the compiled
+    module.  Both give the same table.
     """
     scan = scanner()
     if scan is None:
@@ -60,19 +61,36 @@ def read_records(data: bytes, where: Records, spec: Fields) -> Columns:
         sample = [m.group(1) for m in itertools.islice(where.pattern.finditer(buf), 16)]
         layout = fields.learn_layout(sample, spec)
         scanned = _scan_with(scan, buf, where, spec, layout) if layout else None
-        if scanned is None or not len(scanned[0]):
+        if scanned is None or not len(scanned[0]) + len(scanned[3]):
             break
-        starts, part, odd = scanned
+        starts, part, odd, junk = scanned
         parts.append((origin.to_data(starts), part))
+        if len(junk):  # they fit this layout: read with it, as the pure path would
+            parts.append(_pure(*_gather(buf, junk, origin), where, spec, layout=layout))
         buf, origin = _gather(buf, odd, origin)
         few = len(odd) < _FEW
         if few:
             break
     if buf:
-        located: list[int] = []
-        part = (_outliers if few else fields.read_located)(buf, where.pattern, spec, located)
-        parts.append((origin.to_data(np.array(located, dtype=np.int64)), part))
+        parts.append(_pure(buf, origin, where, spec, outliers=few))
     return _in_file_order(parts)
+
+
+def _pure(
+    buf: bytes,
+    origin: _Origin,
+    where: Records,
+    spec: Fields,
+    outliers: bool = False,
+    layout: Layout | None = None,
+) -> tuple[np.ndarray, Columns]:
+    """Lines the scanner left, read by the pure path (``outliers``: one by one)."""
+    located: list[int] = []
+    if outliers:
+        part = _outliers(buf, where.pattern, located)
+    else:
+        part = fields.read_located(buf, where.pattern, spec, located, layout)
+    return origin.to_data(np.array(located, dtype=np.int64)), part
 
 
 @dataclass(frozen=True)
@@ -95,8 +113,9 @@ class _Origin:
 
 def _scan_with(
     scan: ModuleType, buf: bytes, where: Records, spec: Fields, layout: Layout
-) -> tuple[np.ndarray, Columns, np.ndarray] | None:
-    """One C pass with ``layout``: record offsets, their columns, (start, end) of odd lines."""
+) -> tuple[np.ndarray, Columns, np.ndarray, np.ndarray] | None:
+    """One C pass with ``layout``: record offsets, their columns, and the (start, end) of
+    the lines that do not fit and of those that fit with a value that is no plain number."""
     ntok = layout.width - 1
     if any(pos >= ntok for pos, _ in layout.values):
         return None  # a fixed position the rows do not have: the pure path says why
@@ -105,7 +124,7 @@ def _scan_with(
         kinds[pos], keys[pos] = 1, token.encode("latin-1")
     for pos, name in layout.values:
         kinds[pos] = 3 if name in spec.flags else 2
-    values, starts_raw, odd_raw = scan.scan(
+    values, starts_raw, odd_raw, junk_raw = scan.scan(
         buf, 0, len(buf), where.marker, where.skip_spaces, _CLOSE[where.close], spec.table,
         layout.seps, bytes(kinds), tuple(keys), _NA, _TRUTH,
     )  # fmt: skip
@@ -120,10 +139,11 @@ def _scan_with(
             part.flags[name] = column[pos] != 0
         else:
             part.values[name] = column[pos]
-    return starts, part, np.frombuffer(odd_raw, dtype=np.int64).reshape(-1, 2)
+    spans = [np.frombuffer(raw, dtype=np.int64).reshape(-1, 2) for raw in (odd_raw, junk_raw)]
+    return starts, part, spans[0], spans[1]
 
 
-def _outliers(buf: bytes, pattern: re.Pattern[bytes], spec: Fields, starts: list[int]) -> Columns:
+def _outliers(buf: bytes, pattern: re.Pattern[bytes], starts: list[int]) -> Columns:
     """The records of a few odd lines, each flagged for the format's one-by-one reading."""
     found = list(pattern.finditer(buf))
     starts += [m.start(1) for m in found]
