@@ -1,15 +1,18 @@
 """Time ``read_log`` on 1,000,000-line MindFormers and Megatron logs against a naive loop.
 
-Usage: ``python benchmarks/bench_logs.py [--lines N]``.  Single process, single
-thread (the C regex engine finds the step lines, pandas' C tokenizer reads their
-fields).  Three shapes: a MindFormers log as MFLossMonitor writes it (a step
-line and a progress-bar line per step), the worst case of a step line on every
-line, and Megatron's one ``iteration`` line per step.  The naive baseline is what
-log scripts in the wild do: per line ``re.search`` with one pattern per field, a
-dict per step, then ``pandas.DataFrame``; it reads the same fields (step, loss,
-grad norm, lr, loss scale) and must give bit-identical values.  The calibration
-lines time a plain Python loop and a 256 MB memory copy, so numbers from
-different machines can be compared.
+Usage: ``python benchmarks/bench_logs.py [--lines N] [--repeat R]``.  One process,
+one thread (BLAS pinned to one thread before numpy loads: the target is one core).
+``read_log`` is timed twice: with the compiled scanner (``logs/_scan.c``, one C
+pass over the bytes) and with the pure path (``PYTEST_ACCURACY_PURE_LOGS=1``: the
+regex engine finds the step lines, pandas' C tokenizer reads their fields).  Six
+shapes: a MindFormers log as MFLossMonitor writes it (a step line and a
+progress-bar line per step), the worst case of a step line on every line,
+Megatron's one ``iteration`` line per step, HF printed dicts, coloured torchtitan
+and JSON lines.  The naive baseline is what log scripts in the wild do: per line
+``re.search`` with one pattern per field (or ``literal_eval`` / ``json.loads``),
+a dict per step, then ``pandas.DataFrame``; both paths must give values
+bit-identical to it.  The calibration lines time a plain Python loop and a 256 MB
+memory copy, so numbers from different machines can be compared.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import re
 import tempfile
 import time
@@ -25,10 +29,13 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
-import numpy as np
-import pandas as pd
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")  # before numpy loads: idle BLAS threads spin on CPU time
 
-from pytest_accuracy.logs import read_log
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from pytest_accuracy.logs import read_log, speedups  # noqa: E402
 
 TARGET_S = 2.0
 T = TypeVar("T")
@@ -195,6 +202,15 @@ def naive(path: Path, family: str) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("step")
 
 
+def read_pure(path: Path) -> object:
+    """read_log with the compiled scanner switched off."""
+    os.environ[speedups.PURE_ENV] = "1"
+    try:
+        return read_log(path)
+    finally:
+        del os.environ[speedups.PURE_ENV]
+
+
 def cpu_time(fn: Callable[[], T]) -> tuple[float, T]:
     """CPU seconds of this process (other load on the machine does not count)."""
     start = time.process_time()
@@ -234,6 +250,8 @@ def main() -> None:
         f"calibration: 10M-iteration Python loop {calibration():.2f} s, "
         f"memory copy {copy_rate():.1f} GB/s on this machine"
     )
+    compiled = speedups.scanner() is not None
+    print(f"compiled scanner: {'built' if compiled else 'NOT built (read_log = pure path)'}")
     shapes: list[tuple[str, str, Callable[[Path, int], None], Callable[[Path], pd.DataFrame]]] = [
         (
             "mindformers",
@@ -252,15 +270,18 @@ def main() -> None:
             path = Path(tmp) / f"{family}.{'jsonl' if family == 'jsonl' else 'log'}"
             writer(path, args.lines)
             ours, table = best_of(args.repeat, partial(read_log, path))
+            pure, pure_table = best_of(args.repeat, partial(read_pure, path))
             base, frame = best_of(args.repeat, partial(baseline, path))
-            assert len(table.frame) == len(frame)
-            for column in frame.columns:  # every value bit-identical to the naive parse
-                np.testing.assert_array_equal(table.frame[column], frame[column])
+            for read in (table, pure_table):  # every value bit-identical to the naive parse
+                assert len(read.frame) == len(frame)  # type: ignore[attr-defined]
+                for column in frame.columns:
+                    np.testing.assert_array_equal(read.frame[column], frame[column])  # type: ignore[attr-defined]
             size = path.stat().st_size / 1e6
             verdict = "meets" if ours < TARGET_S * args.lines / 1e6 else "misses"
             print(
                 f"{family} ({shape}) {args.lines:,} lines, {len(frame):,} steps ({size:.0f} MB): "
-                f"read_log {ours:.2f} s, naive loop {base:.2f} s; {base / ours:.1f}x faster; "
+                f"read_log {ours:.2f} s (pure path {pure:.2f} s), naive loop {base:.2f} s; "
+                f"{base / ours:.1f}x faster than naive, {pure / ours:.1f}x than pure; "
                 f"{verdict} the {TARGET_S:g} s per million lines target"
             )
 

@@ -479,3 +479,14 @@ def test_mindformers_unnamed_local_norm_arrays(tmp_path: Path) -> None:
     assert "1 local_norm array(s) shortened by numpy ('...') not read" in t.notes
     assert any(n.startswith("unnamed local_norm arrays of 2 step(s)") for n in t.notes)
     assert not any("ignored" in n for n in t.notes)  # every line was read
+
+
+def test_keys_that_normalise_alike_do_not_collide(tmp_path: Path) -> None:
+    """A JSON key with spaces (`" lr"`) and a CSV with `LR` and `lr`: no crash, right column."""
+    lines = ['{"step": 1, "loss": 2.5, " lr": 1e-05}\n'] + [
+        f'{{"step": {i}, "loss": 2.5, "lr": 1e-05}}\n' for i in (2, 3)
+    ]
+    t = read_log(write(tmp_path, "metrics.jsonl", "".join(lines)))
+    assert list(t.frame["lr"]) == [1e-05] * 3
+    t = read_log(write(tmp_path, "metrics.csv", "step,LR,lr,loss\n1,5,1e-5,2.5\n2,5,1e-5,2.4\n"))
+    assert list(t.frame["lr"]) == [1e-05] * 2 and list(t.frame["loss"]) == [2.5, 2.4]

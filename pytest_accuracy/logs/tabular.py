@@ -58,6 +58,10 @@ def parse(data: bytes, path: Path) -> LogTable:
             path, f"no step column (accepted names: {', '.join(ALIASES['step'])})"
         )
     frame = frame.rename(columns=rename)
+    if frame.columns.duplicated().any():  # e.g. a column named like another's alias
+        dup = sorted({str(c) for c in frame.columns[frame.columns.duplicated()]})
+        notes.append(f"columns named alike ({', '.join(dup)}): kept the first of each")
+        frame = frame.loc[:, ~frame.columns.duplicated()]
     numeric = pd.to_numeric(frame["step"], errors="coerce")
     if (dropped := int(numeric.isna().sum())) > 0:
         notes.append(f"{dropped} row(s) without a numeric step ignored")
@@ -121,7 +125,7 @@ def _json_lines(data: bytes, notes: list[str]) -> pd.DataFrame:
             keep[i] = False  # garbage or a line cut by a crash
             continue
         for key, value in record.items():
-            name = _json_key(str(key))
+            name = _json_key(str(key).strip())  # as the column-wise read strips keys
             if name == "skipped":
                 flags = np.zeros(n, dtype=bool) if flags is None else flags
                 flags[i] = is_true(str(value))
@@ -162,8 +166,14 @@ def _norm(name: object) -> str:
 
 
 def _match_columns(columns: list[object]) -> dict[object, str]:
-    """Map the file's column names onto table columns, first alias that exists wins."""
-    normed = {_norm(c): c for c in columns}
+    """Map the file's column names onto table columns, first alias that exists wins.
+
+    Of two names that normalise alike (``LR`` and ``lr``) the one spelled as the
+    alias is taken, so a renamed column never lands on a name the file has."""
+    normed: dict[str, object] = {}
+    for c in columns:
+        if _norm(c) not in normed or str(c) == _norm(c):
+            normed[_norm(c)] = c
     out: dict[object, str] = {}
     for target, aliases in ALIASES.items():
         for alias in aliases:
