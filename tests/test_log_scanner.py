@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 from pathlib import Path
@@ -112,13 +113,27 @@ TEMPLATES = {
     ),
     "hf": "{{'loss': {value}, 'grad_norm': 2.345, 'learning_rate': 1e-05, 'epoch': {step}}}\n",
     "jsonl": '{{"step": {step}, "loss": {value}, "grad_norm": 2.345, "lr": 1e-05}}\n',
+    "torchtitan": (
+        "[rank0]:[titan] 2026-05-18 16:04:46,338 - root - INFO - step: {step}  loss:  {value}  "
+        "grad_norm:  2.345  memory:  9.46GiB(64.99%)  tps: 7,282  tflops: 0.52  mfu: 0.17%\n"
+    ),
+    "titan_colour": (
+        "[rank0]:[titan] 2026-05-18 16:04:46,338 - root - INFO - \x1b[31mstep: {step:2}  "
+        "\x1b[32mloss: {value}  \x1b[33mgrad_norm:  2.345  \x1b[34mmemory:  9.46GiB(64.99%)  "
+        "\x1b[35mmfu: 0.17%\x1b[39m\n"
+    ),
+    "titan_2025": (
+        "[rank0]:[titan] 2025-06-16 22:30:50,322 - root - INFO - step: {step}  loss:  {value}  "
+        "memory: 49.66GiB(52.28%)  tps: 5,856  tflops: 339.16  mfu: 34.29%\n"
+    ),
 }
 VALUES = [
     "2.5", "1.234567E+00", "0.1", "-0.0", "1e-05", "12", "3.141592653589793", "inf", "-inf",
     "nan", "NaN", "-nan", "N/A", "None", "null", "", "-", "1.2.3", "abc", "1e400", "1e-400",
     "0x10", "1_000", "\t5", "+.5", "5.", ".", "True", "[3.5]", "9" * 30, "1" * 70,
 ]  # fmt: skip
-NOISE = [*":|/,[]{}'\" \r\x00\x1f\x1bx", "iteration ", "Epoch:[", "{'loss': ", "{", "}"]
+NOISE = [*":|/,[]{}'\" \r\t\x00\x1f\x1bx", "iteration ", "Epoch:[", "{'loss': ", "{", "}",
+         "step: 3  loss: 1.5", "\x1b[32m", "  "]
 
 
 @st.composite
@@ -141,13 +156,14 @@ def mutated_log(draw: st.DrawFn) -> tuple[str, bytes]:
         elif kind == "cut":
             line = line[:at] + "\n"
         elif kind == "swap":
-            parts = line.rstrip("\n").split(draw(st.sampled_from(["|", ","])))
+            sep = draw(st.sampled_from(["|", ",", "  "]))
+            parts = line.rstrip("\n").split(sep)
             if len(parts) > 3:
                 j = draw(st.integers(1, len(parts) - 2))
                 parts[j], parts[j + 1] = parts[j + 1], parts[j]
-            line = draw(st.sampled_from(["|", ","])).join(parts) + "\n"
+            line = sep.join(parts) + "\n"
         elif kind == "drop":
-            sep = "|" if fmt == "megatron" else ","
+            sep = "|" if fmt == "megatron" else "  " if "titan" in fmt else ","
             parts = line.split(sep)
             if len(parts) > 3:
                 del parts[draw(st.integers(1, len(parts) - 2))]
@@ -185,7 +201,7 @@ def scan_numbers(texts: list[bytes]) -> dict[int, float]:
     assert scan is not None
     data = b"".join(b"@" + t + b"\n" for t in texts)
     values, starts, odd, junk = scan.scan(
-        data, 0, len(data), b"@", False, 0, TABLE, b"", b"\x02", (b"",), NA, TRUTH
+        data, 0, len(data), b"@", 0, 0, TABLE, b"", b"\x02", (b"",), NA, TRUTH
     )
     assert not odd  # every line fits the one-field layout; some values are left to Python
     read = np.frombuffer(values, dtype=np.float64)
@@ -239,9 +255,9 @@ def test_any_bytes_give_rows_or_odd_lines(data: bytes, marker: bytes) -> None:
     """Arbitrary bytes never crash the scanner; each marker line is a row or an odd line."""
     assert scan is not None
     table = bytes.maketrans(b"|:", SEP * 2)
-    for close in (0, 1, 2):
+    for close, flags in itertools.product((0, 1, 2), (0, 15)):
         values, starts, odd, junk = scan.scan(
-            data, 0, len(data), marker, True, close, table, b":|", b"\x01\x02\x03",
+            data, 0, len(data), marker, close, flags, table, b":|", b"\x01\x02\x03",
             (b"k", b"", b""), NA, TRUTH,
         )  # fmt: skip
         n = len(starts) // 8
@@ -269,14 +285,14 @@ def test_count_lines_matches_bytes_count() -> None:
         ({"marker": b""}, "bad range, marker or close"),
         ({"close": 3}, "bad range, marker or close"),
         ({"table": bytes.maketrans(SEP, b" ")}, "the table maps no byte to the separator"),
-        ({"kinds": b"\x09"}, "keys must be bytes, kinds 0-3"),
+        ({"kinds": b"\x09"}, "keys must be bytes, kinds 0-4"),
         ({"na": (b"x",) * 65}, "too many texts"),
     ],
 )
 def test_bad_arguments_are_errors_not_crashes(change: dict[str, object], error: str) -> None:
     assert scan is not None
     args: dict[str, object] = {
-        "data": b"@1\n", "start": 0, "end": 3, "marker": b"@", "skip": False, "close": 0,
+        "data": b"@1\n", "start": 0, "end": 3, "marker": b"@", "close": 0, "flags": 0,
         "table": TABLE, "seps": b"", "kinds": b"\x02", "keys": (b"",), "na": NA, "truth": TRUTH,
     }  # fmt: skip
     args.update(change)

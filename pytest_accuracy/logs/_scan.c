@@ -26,8 +26,12 @@
 #define NUM_MAX 64     /* longest value text parsed here; longer ones go to Python */
 #define MAX_TEXTS 64   /* missing-value and true-flag texts */
 
-enum { KIND_SKIP = 0, KIND_KEY = 1, KIND_NUMBER = 2, KIND_FLAG = 3 };
+enum { KIND_SKIP = 0, KIND_KEY = 1, KIND_NUMBER = 2, KIND_FLAG = 3, KIND_DIGITS = 4 };
 enum { CLOSE_LINE = 0, CLOSE_FIRST = 1, CLOSE_LAST = 2 };
+/* flags: skip the spaces after the marker; a run of separators is one (like str.split);
+ * a line with a second marker is odd (its format's regex finds two records there); a record
+ * short of trailing fields fits (pandas pads short rows: right where pandas is the referee). */
+enum { SKIP_SPACES = 1, COLLAPSE = 2, ONCE = 4, SHORT_ROWS = 8 };
 
 typedef struct {
     char *data;
@@ -49,6 +53,7 @@ typedef struct {
     Text *keys;                 /* exact translated key text per token (KIND_KEY) */
     Py_ssize_t ntok, nvals;
     Py_ssize_t last_key; /* a short record must reach this token (pandas pads with "") */
+    int collapse, short_rows;
     Text na[MAX_TEXTS], truth[MAX_TEXTS];
     Py_ssize_t n_na, n_truth;
 } Layout;
@@ -209,6 +214,20 @@ static int read_token(const Layout *L, unsigned char kind, const unsigned char *
                       Py_ssize_t n, double *out)
 {
     unsigned char text[NUM_MAX];
+    if (kind == KIND_DIGITS) {
+        /* a step number as the format's regex takes it (\d+): anything else is no record */
+        Py_ssize_t len = clean(L, s, n, text, is_space);
+        if (len < 1 || len > 18)
+            return 0;
+        int64_t value = 0;
+        for (Py_ssize_t i = 0; i < len; i++) {
+            if (!is_digit(text[i]))
+                return 0;
+            value = value * 10 + (text[i] - '0');
+        }
+        *out = (double)value;
+        return 1;
+    }
     if (kind == KIND_FLAG) {
         /* table.is_true: brackets, spaces and CR aside, lower case, one of TRUE_TEXTS */
         Py_ssize_t len = clean(L, s, n, text, is_flag_pad);
@@ -268,12 +287,23 @@ enum { FIT_NO = 0, FIT_YES = 1, FIT_VALUES = 2 };
 static int fit(const Layout *L, const unsigned char *s, Py_ssize_t n, double *vals)
 {
     const unsigned char *T = L->table;
-    Py_ssize_t tok = 0, start = 0, v = 0;
+    Py_ssize_t tok = 0, p = 0, v = 0;
     int plain = 1;
-    for (Py_ssize_t p = next_sep(L, s, 0, n); p <= n; p = next_sep(L, s, p + 1, n)) {
-        if (tok >= L->ntok)
+    int odd_run = 0; /* collapse: a run is one separator byte then spaces ("loss:  3.2") */
+    while (L->collapse && p < n && T[s[p]] == SEP)
+        odd_run |= s[p++] != ' ';
+    if (odd_run && p < n)
+        return FIT_NO;
+    for (;;) {
+        Py_ssize_t start = p;
+        p = next_sep(L, s, p, n); /* the token is s[start:p] */
+        Py_ssize_t after = p < n ? p + 1 : n;
+        for (; L->collapse && after < n && T[s[after]] == SEP; after++)
+            odd_run |= s[after] != ' ';
+        int more = p < n && !(L->collapse && after == n); /* another token follows */
+        if (more && odd_run)
             return FIT_NO;
-        if (p < n && (tok == L->ntok - 1 || s[p] != L->seps[tok]))
+        if (tok >= L->ntok || (more && (tok == L->ntok - 1 || s[p] != L->seps[tok])))
             return FIT_NO;
         const unsigned char *tk = s + start;
         Py_ssize_t len = p - start;
@@ -287,6 +317,10 @@ static int fit(const Layout *L, const unsigned char *s, Py_ssize_t n, double *va
                 if (T[tk[i]] != L->keys[tok].bytes[i])
                     return FIT_NO;
             break;
+        case KIND_DIGITS:
+            if (!read_token(L, KIND_DIGITS, tk, len, &vals[v++]))
+                return FIT_NO;
+            break;
         case KIND_NUMBER:
         case KIND_FLAG:
             plain &= read_token(L, L->kinds[tok], tk, len, &vals[v++]);
@@ -295,15 +329,15 @@ static int fit(const Layout *L, const unsigned char *s, Py_ssize_t n, double *va
             break;
         }
         tok++;
-        start = p + 1;
-        if (p == n)
+        if (!more)
             break;
+        p = after;
     }
-    if (tok <= L->last_key)
+    if (tok <= L->last_key || (tok < L->ntok && !L->short_rows))
         return FIT_NO;
     for (; tok < L->ntok; tok++) /* absent trailing fields: no value, no flag */
-        if (L->kinds[tok] == KIND_NUMBER || L->kinds[tok] == KIND_FLAG)
-            vals[v++] = L->kinds[tok] == KIND_NUMBER ? Py_NAN : 0.0;
+        if (L->kinds[tok] != KIND_SKIP && L->kinds[tok] != KIND_KEY)
+            vals[v++] = L->kinds[tok] == KIND_FLAG ? 0.0 : Py_NAN;
     return plain ? FIT_YES : FIT_VALUES;
 }
 
@@ -373,8 +407,8 @@ static int load_layout(Layout *L, PyObject *table, PyObject *seps, PyObject *kin
     L->last_key = -1;
     for (Py_ssize_t i = 0; i < L->ntok; i++) {
         PyObject *key = PyTuple_GET_ITEM(keys, i);
-        if (!PyBytes_Check(key) || L->kinds[i] > KIND_FLAG) {
-            PyErr_SetString(PyExc_TypeError, "keys must be bytes, kinds 0-3");
+        if (!PyBytes_Check(key) || L->kinds[i] > KIND_DIGITS) {
+            PyErr_SetString(PyExc_TypeError, "keys must be bytes, kinds 0-4");
             return -1;
         }
         L->keys[i].bytes = (const unsigned char *)PyBytes_AS_STRING(key);
@@ -382,7 +416,7 @@ static int load_layout(Layout *L, PyObject *table, PyObject *seps, PyObject *kin
         L->keys[i].plain = 1;
         for (Py_ssize_t j = 0; j < L->keys[i].len; j++)
             L->keys[i].plain &= L->table[L->keys[i].bytes[j]] == L->keys[i].bytes[j];
-        L->nvals += L->kinds[i] == KIND_NUMBER || L->kinds[i] == KIND_FLAG;
+        L->nvals += L->kinds[i] != KIND_SKIP && L->kinds[i] != KIND_KEY;
         if (L->kinds[i] == KIND_KEY)
             L->last_key = i;
     }
@@ -406,7 +440,7 @@ static PyObject *columns(const Buf *rows, Py_ssize_t n, Py_ssize_t k)
 }
 
 static int scan_lines(const unsigned char *d, Py_ssize_t pos, Py_ssize_t end, const char *marker,
-                      Py_ssize_t mlen, int skip_spaces, int close, const Layout *L, Buf *vals,
+                      Py_ssize_t mlen, int close, int flags, const Layout *L, Buf *vals,
                       Buf *starts, Buf *odd, Buf *junk, double *row)
 {
     while (pos < end) {
@@ -420,13 +454,14 @@ static int scan_lines(const unsigned char *d, Py_ssize_t pos, Py_ssize_t end, co
         Py_ssize_t le = nl == NULL ? end : nl - d;
         Py_ssize_t next = nl == NULL ? end : le + 1;
         Py_ssize_t rs = m + mlen;
-        while (skip_spaces && rs < le && d[rs] == ' ')
+        while ((flags & SKIP_SPACES) && rs < le && d[rs] == ' ')
             rs++;
         Py_ssize_t re = record_end(d, rs, le, close);
         int ok = re >= 0;
         /* A second record on the line (the regex would find it too): Python reads the line. */
-        if (ok && close != CLOSE_LINE && re + 1 < le)
-            ok = find(d + re + 1, (size_t)(le - re - 1), marker, (size_t)mlen) == NULL;
+        Py_ssize_t rest = close == CLOSE_LINE ? ((flags & ONCE) ? rs : le) : re + 1;
+        if (ok && rest < le)
+            ok = find(d + rest, (size_t)(le - rest), marker, (size_t)mlen) == NULL;
         int fits = ok ? fit(L, d + rs, re - rs, row) : FIT_NO;
         if (fits == FIT_YES) {
             int64_t at = rs;
@@ -444,7 +479,7 @@ static int scan_lines(const unsigned char *d, Py_ssize_t pos, Py_ssize_t end, co
 }
 
 PyDoc_STRVAR(scan_doc,
-"scan(data, start, end, marker, skip_spaces, close, table, seps, kinds, keys, na, truth)\n"
+"scan(data, start, end, marker, close, flags, table, seps, kinds, keys, na, truth)\n"
 "-> (values: bytearray, starts: bytes, odd: bytes, junk: bytes)\n\n"
 "Read the records of data[start:end] that fit the layout.  values holds float64\n"
 "columns (one per kept token, column-major), starts the int64 offset of each record,\n"
@@ -456,11 +491,11 @@ static PyObject *scan(PyObject *self, PyObject *args)
     Py_buffer view;
     Py_ssize_t start, end, mlen;
     const char *marker;
-    int skip_spaces, close;
+    int close, flags;
     PyObject *table, *seps, *kinds, *keys, *na, *truth;
     (void)self;
     if (!PyArg_ParseTuple(args, "y*nny#iiSSSO!O!O!", &view, &start, &end, &marker, &mlen,
-                          &skip_spaces, &close, &table, &seps, &kinds, &PyTuple_Type,
+                          &close, &flags, &table, &seps, &kinds, &PyTuple_Type,
                           &keys, &PyTuple_Type, &na, &PyTuple_Type, &truth))
         return NULL;
     Layout L = {0};
@@ -473,13 +508,15 @@ static PyObject *scan(PyObject *self, PyObject *args)
     }
     if (load_layout(&L, table, seps, kinds, keys, na, truth) < 0)
         goto done;
+    L.collapse = (flags & COLLAPSE) != 0;
+    L.short_rows = (flags & SHORT_ROWS) != 0;
     row = PyMem_Calloc((size_t)L.nvals + 1, sizeof(double));
     if (row == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    if (scan_lines((const unsigned char *)view.buf, start, end, marker, mlen, skip_spaces, close,
-                   &L, &vals, &starts, &odd, &junk, row) < 0) {
+    if (scan_lines((const unsigned char *)view.buf, start, end, marker, mlen, close, flags, &L,
+                   &vals, &starts, &odd, &junk, row) < 0) {
         PyErr_NoMemory();
         goto done;
     }

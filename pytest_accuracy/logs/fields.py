@@ -45,6 +45,10 @@ class Fields:
     column: Callable[[str], str | None]  # stripped key -> column name, or None to drop
     fixed: dict[int, str]  # positions read without a key (e.g. the step right after the marker)
     flags: frozenset[str] = frozenset()  # columns that hold True/False texts
+    # A run of separators is one, as str.split() does (padded columns: ``loss:  3.2``); only
+    # the compiled scanner reads such fields: the format's own regex is the pure path.
+    collapse: bool = False
+    digits: frozenset[str] = frozenset()  # columns whose text must be \d+ (a step)
 
 
 @dataclass
@@ -158,18 +162,38 @@ def learn_layout(sample: Sequence[bytes], spec: Fields) -> Layout | None:
     """The most common field layout among ``sample`` (kept keys and their positions)."""
     seen: Counter[Layout] = Counter()
     for raw in sample:
-        translated = raw.translate(spec.table)
-        tokens = (translated + SEP).decode("latin-1").split(_SEP_STR)
-        seps = bytes(raw[i] for i, c in enumerate(translated) if c == SEP[0])
+        tokens, seps = _split(raw, spec)
         keys: dict[int, str] = {}
         values = dict(spec.fixed)
         for i, token in enumerate(tokens[:-2]):
             name = spec.column(token.strip())
             if name is not None and i not in values and i + 1 not in values:
                 keys[i], values[i + 1] = token, name
+        if spec.collapse and not _key_value_words(keys, values, seps):
+            continue
         if keys and not any(_merged(t, spec) for t in tokens):
             seen[Layout(len(tokens), tuple(keys.items()), tuple(values.items()), seps)] += 1
     return seen.most_common(1)[0][0] if seen else None
+
+
+def _split(raw: bytes, spec: Fields) -> tuple[list[str], bytes]:
+    """A record's field texts (translated, plus the empty sentinel) and its separator bytes."""
+    translated = raw.translate(spec.table)
+    if not spec.collapse:
+        seps = bytes(raw[i] for i, c in enumerate(translated) if c == SEP[0])
+        return (translated + SEP).decode("latin-1").split(_SEP_STR), seps
+    words = list(re.finditer(rb"[^\x1f]+", translated))
+    seps = bytes(raw[w.end()] for w in words[:-1])  # the first byte of each run between words
+    return [w.group().decode("latin-1") for w in words] + [""], seps
+
+
+def _key_value_words(keys: dict[int, str], values: dict[int, str], seps: bytes) -> bool:
+    """Collapse mode reads ``key: value  key: value``: a key ends at a separator that is no
+    space (``:``), a value at a space or the record's end (``2:.5`` is one junk value)."""
+    spaces = b" \t\r"
+    return all(seps[i] not in spaces for i in keys if i < len(seps)) and all(
+        seps[i] in spaces for i in values if i < len(seps)
+    )
 
 
 def _merged(token: str, spec: Fields) -> bool:

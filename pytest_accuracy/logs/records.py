@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Literal
@@ -18,6 +19,7 @@ from pytest_accuracy.logs.table import TRUE_TEXTS
 _ROUNDS = 4  # layouts tried on the lines the previous one did not fit (a run that changed keys)
 _FEW = 64  # fewer odd lines than this are outliers, read one by one as the pure path does
 _CLOSE = {"line": 0, "first": 1, "last": 2}
+_SKIP_SPACES, _COLLAPSE, _ONCE, _SHORT_ROWS = 1, 2, 4, 8  # the scanner's flags
 _NA = tuple(t.encode() for t in fields._BARE_NA)
 _TRUTH = tuple(t.encode() for t in sorted(TRUE_TEXTS))
 
@@ -30,16 +32,25 @@ class Records:
     path uses it.  The scanner finds the same records without a regex: group 1
     starts after the first ``marker`` of a line (and the spaces after it when
     ``skip_spaces``) and ends at the line's end, its first ``}`` (``close="first"``)
-    or its last ``}`` (``"last"``).
+    or its last ``}`` (``"last"``).  ``once``: a line with the marker twice is
+    left to the pure path (where the format's regex finds a record per marker).
     """
 
     pattern: re.Pattern[bytes]
     marker: bytes
     close: Literal["line", "first", "last"] = "line"
     skip_spaces: bool = False
+    once: bool = False
 
 
-def read_records(data: bytes, where: Records, spec: Fields) -> Columns:
+#: A format's own reader for the lines the scanner leaves: (buffer, list to append each
+#: record's offset to, or None when offsets are not needed) -> their columns.
+Rest = Callable[[bytes, "list[int] | None"], Columns]
+
+
+def read_records(
+    data: bytes, where: Records, spec: Fields, rest: Rest | None = None
+) -> Columns:
     """Every record of ``data`` read into columns, in file order (see ``fields.Columns``).
 
     The C scanner reads each line that fits the layout learnt from the first
@@ -50,29 +61,32 @@ def read_records(data: bytes, where: Records, spec: Fields) -> Columns:
     their records are flagged for the format's one-by-one reading, as in the pure
     path.  Many get a layout of their own, up to ``_ROUNDS`` times, and what is
     left goes to the pure path, which is also what runs without the compiled
-    module.  Both give the same table.
+    module.  Both give the same table.  A format with a ``rest`` reader (its own
+    regex) has every line the scanner leaves read by it instead.
     """
     scan = scanner()
     if scan is None:
-        return fields.read_records(data, where.pattern, spec)
+        return rest(data, None) if rest else fields.read_records(data, where.pattern, spec)
     parts: list[tuple[np.ndarray, Columns]] = []
     buf, origin, few = data, _Origin.identity(), False
     for _ in range(_ROUNDS):
-        sample = [m.group(1) for m in itertools.islice(where.pattern.finditer(buf), 16)]
-        layout = fields.learn_layout(sample, spec)
-        scanned = _scan_with(scan, buf, where, spec, layout) if layout else None
+        found = list(itertools.islice(where.pattern.finditer(buf), 16))
+        layout = fields.learn_layout([m.group(1) for m in found], spec)
+        if layout and rest and not _agrees(scan, _lines(buf, found), where, spec, layout, rest):
+            layout = None  # the format's reader reads its sample otherwise: it reads everything
+        scanned = _scan_with(scan, buf, where, spec, layout, rest is None) if layout else None
         if scanned is None or not len(scanned[0]) + len(scanned[3]):
             break
         starts, part, odd, junk = scanned
         parts.append((origin.to_data(starts), part))
         if len(junk):  # they fit this layout: read with it, as the pure path would
-            parts.append(_pure(*_gather(buf, junk, origin), where, spec, layout=layout))
+            parts.append(_pure(*_gather(buf, junk, origin), where, spec, rest, layout=layout))
         buf, origin = _gather(buf, odd, origin)
         few = len(odd) < _FEW
         if few:
             break
     if buf:
-        parts.append(_pure(buf, origin, where, spec, outliers=few))
+        parts.append(_pure(buf, origin, where, spec, rest, outliers=few))
     return _in_file_order(parts)
 
 
@@ -81,12 +95,15 @@ def _pure(
     origin: _Origin,
     where: Records,
     spec: Fields,
+    rest: Rest | None,
     outliers: bool = False,
     layout: Layout | None = None,
 ) -> tuple[np.ndarray, Columns]:
     """Lines the scanner left, read by the pure path (``outliers``: one by one)."""
     located: list[int] = []
-    if outliers:
+    if rest is not None:
+        part = rest(buf, located)
+    elif outliers:
         part = _outliers(buf, where.pattern, located)
     else:
         part = fields.read_located(buf, where.pattern, spec, located, layout)
@@ -112,7 +129,7 @@ class _Origin:
 
 
 def _scan_with(
-    scan: ModuleType, buf: bytes, where: Records, spec: Fields, layout: Layout
+    scan: ModuleType, buf: bytes, where: Records, spec: Fields, layout: Layout, short_rows: bool
 ) -> tuple[np.ndarray, Columns, np.ndarray, np.ndarray] | None:
     """One C pass with ``layout``: record offsets, their columns, and the (start, end) of
     the lines that do not fit and of those that fit with a value that is no plain number."""
@@ -123,9 +140,11 @@ def _scan_with(
     for pos, token in layout.keys:
         kinds[pos], keys[pos] = 1, token.encode("latin-1")
     for pos, name in layout.values:
-        kinds[pos] = 3 if name in spec.flags else 2
+        kinds[pos] = 3 if name in spec.flags else 4 if name in spec.digits else 2
+    flags = where.skip_spaces * _SKIP_SPACES | spec.collapse * _COLLAPSE | where.once * _ONCE
+    flags |= short_rows * _SHORT_ROWS  # as pandas reads them; a format's own regex may not
     values, starts_raw, odd_raw, junk_raw = scan.scan(
-        buf, 0, len(buf), where.marker, where.skip_spaces, _CLOSE[where.close], spec.table,
+        buf, 0, len(buf), where.marker, _CLOSE[where.close], flags, spec.table,
         layout.seps, bytes(kinds), tuple(keys), _NA, _TRUTH,
     )  # fmt: skip
     starts = np.frombuffer(starts_raw, dtype=np.int64)
@@ -141,6 +160,40 @@ def _scan_with(
             part.values[name] = column[pos]
     spans = [np.frombuffer(raw, dtype=np.int64).reshape(-1, 2) for raw in (odd_raw, junk_raw)]
     return starts, part, spans[0], spans[1]
+
+
+def _lines(buf: bytes, found: list[re.Match[bytes]]) -> bytes:
+    """The whole lines the matches are on, once each, in order."""
+    spans = dict.fromkeys(
+        (buf.rfind(b"\n", 0, m.start()) + 1, buf.find(b"\n", m.end()) % (len(buf) + 1) + 1)
+        for m in found
+    )
+    return b"".join(buf[a:b] for a, b in spans)
+
+
+def _agrees(
+    scan: ModuleType, sample: bytes, where: Records, spec: Fields, layout: Layout, rest: Rest
+) -> bool:
+    """Every sample line the scanner reads with ``layout``, ``rest`` reads as one record with
+    the same values.  Lines shaped like them (same separators, keys, plain values) then agree
+    too; a layout learnt from a line the format's regex does not take as a record does not."""
+    scanned = _scan_with(scan, sample, where, spec, layout, short_rows=False)
+    if scanned is None:
+        return False
+    starts, part, _, _ = scanned
+    located: list[int] = []
+    ref = rest(sample, located)
+    line_starts = np.flatnonzero(np.frombuffer(b"\n" + sample, dtype=np.uint8) == 10)
+    ours = np.searchsorted(line_starts, starts, side="right")
+    theirs = np.searchsorted(line_starts, np.array(located, dtype=np.int64), side="right")
+    if len(np.unique(theirs)) != len(theirs) or not np.isin(ours, theirs).all():
+        return False
+    rows = np.searchsorted(theirs, ours)
+    return all(
+        np.array_equal(values, ref.values[name][rows], equal_nan=True)
+        for name, values in part.values.items()
+        if name in ref.values
+    )
 
 
 def _outliers(buf: bytes, pattern: re.Pattern[bytes], starts: list[int]) -> Columns:
