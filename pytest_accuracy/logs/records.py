@@ -1,4 +1,4 @@
-"""Step records of a log: the compiled scanner where it was built, the pandas path as referee."""
+"""Step records of a log: the compiled scanner where it was built, the pure path as referee."""
 
 from __future__ import annotations
 
@@ -164,10 +164,10 @@ def _scan_with(
 
 def _lines(buf: bytes, found: list[re.Match[bytes]]) -> bytes:
     """The whole lines the matches are on, once each, in order."""
-    spans = dict.fromkeys(
-        (buf.rfind(b"\n", 0, m.start()) + 1, buf.find(b"\n", m.end()) % (len(buf) + 1) + 1)
-        for m in found
-    )
+    spans: dict[tuple[int, int], None] = {}
+    for m in found:
+        end = buf.find(b"\n", m.end())
+        spans[buf.rfind(b"\n", 0, m.start()) + 1, len(buf) if end < 0 else end + 1] = None
     return b"".join(buf[a:b] for a, b in spans)
 
 
