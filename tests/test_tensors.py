@@ -509,3 +509,51 @@ def test_resolve_refuses_absolute_empty_nul_and_root(
     (tmp_path / "sub").mkdir()
     with pytest.raises(AccuracyInputError, match=problem):
         resolve_data_path(tmp_path, name)
+
+
+NPY_CASES = [
+    np.arange(24, dtype=np.float32).reshape(2, 3, 4),
+    np.asfortranarray(np.arange(12, dtype=np.float64).reshape(3, 4)),
+    np.float64(2.5),
+    np.zeros((0, 5), dtype=np.int16),
+    np.array([True, False]),
+    np.arange(6, dtype=">i4"),
+    np.array([1 + 2j], dtype=np.complex64),
+]
+
+
+@pytest.mark.parametrize("mmap", [True, False])
+@pytest.mark.parametrize("case", range(len(NPY_CASES)))
+def test_npy_header_is_read_without_ast(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: int, mmap: bool
+) -> None:
+    """np.load's ast.literal_eval races in the compare's threads on CPython 3.11 (SystemError:
+    AST constructor recursion depth mismatch): headers numpy writes never reach it."""
+    from pytest_accuracy.dumps.npy import load_npy
+
+    expected = NPY_CASES[case]
+    np.save(tmp_path / "a.npy", expected)
+
+    def no_ast(*args: object) -> None:
+        raise AssertionError("ast.literal_eval called")
+
+    monkeypatch.setattr("ast.literal_eval", no_ast)
+    got = load_npy(tmp_path / "a.npy", mmap)
+    assert got.dtype == np.asarray(expected).dtype and got.shape == np.shape(expected)
+    np.testing.assert_array_equal(got, expected)
+    assert got.flags.f_contiguous == np.asarray(expected).flags.f_contiguous
+
+
+def test_npy_other_headers_and_truncated_files(tmp_path: Path) -> None:
+    from pytest_accuracy.dumps.npy import load_npy
+
+    # A header in another key order (another writer): read by np.load, under a lock.
+    header = b"{'shape': (3,), 'fortran_order': False, 'descr': '<f8'}"
+    header += b" " * (64 - 10 - len(header) - 1) + b"\n"
+    data = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header
+    (tmp_path / "other.npy").write_bytes(data + np.arange(3.0).tobytes())
+    np.testing.assert_array_equal(load_npy(tmp_path / "other.npy", False), np.arange(3.0))
+    np.save(tmp_path / "cut.npy", np.arange(100.0))
+    (tmp_path / "cut.npy").write_bytes((tmp_path / "cut.npy").read_bytes()[:-8])
+    with pytest.raises(AccuracyInputError, match="truncated: 920 bytes, the header describes 928"):
+        load_array(tmp_path / "cut.npy")

@@ -18,6 +18,7 @@ from pytest_accuracy.dumps.model import (
     TensorRecord,
     canonical_dtype,
 )
+from pytest_accuracy.dumps.npy import load_npy
 from pytest_accuracy.errors import AccuracyInputError
 
 # {op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}.{input|output}.{slot}.{format}.{dtype}.npy
@@ -90,8 +91,8 @@ def _read_iteration(it_dir: Path) -> list[Call]:
 
 def _npy_record(file: Path, it_dir: Path, m: re.Match[str]) -> TensorRecord:
     try:
-        array = np.load(file, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as exc:
+        array = load_npy(file, mmap=True)
+    except (OSError, ValueError, EOFError) as exc:
         raise AccuracyInputError(file, f"not a readable .npy file ({exc})") from exc
     stats = Stats()
     if array.size and array.dtype.kind in "fiub":

@@ -17,6 +17,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from pytest_accuracy.dumps.npy import load_npy
 from pytest_accuracy.errors import AccuracyInputError
 
 __all__ = ["load_array", "resolve_data_path"]
@@ -256,7 +257,7 @@ def load_array(path: Path, *, mmap: bool = True) -> np.ndarray:
 def _load_npy(path: Path, use_mmap: bool) -> np.ndarray:
     try:
         use_mmap = use_mmap and path.stat().st_size >= _MMAP_MIN_BYTES
-        loaded = np.load(path, allow_pickle=False, mmap_mode="r" if use_mmap else None)
+        loaded = load_npy(path, use_mmap)  # np.load, safe in the compare's worker threads
     except ValueError as exc:
         # numpy says "Object arrays cannot be loaded when allow_pickle=False" here.
         raise AccuracyInputError(path, f"not a plain numeric .npy array: {exc}") from exc
