@@ -112,6 +112,27 @@ static int same_text(const unsigned char *s, Py_ssize_t n, const Text *t)
     return n == t->len && memcmp(s, t->bytes, (size_t)n) == 0;
 }
 
+typedef struct {
+    uint64_t mant; /* the first 19 significant digits */
+    int sig;       /* significant digits seen */
+    int exact;     /* mant holds them all */
+} Digits;
+
+/* Add the digits at s[*i:] to ``d``; returns how many there were. */
+static int take_digits(const unsigned char *s, Py_ssize_t n, Py_ssize_t *i, Digits *d)
+{
+    int count = 0;
+    for (; *i < n && is_digit(s[*i]); (*i)++, count++) {
+        if (d->mant || s[*i] != '0')
+            d->sig++;
+        if (d->sig <= 19)
+            d->mant = d->mant * 10 + (uint64_t)(s[*i] - '0');
+        else
+            d->exact = 0;
+    }
+    return count;
+}
+
 /* 1 and *out set: ``s`` is a decimal number (or inf / nan) that float() reads; 0 otherwise. */
 static int parse_number(const unsigned char *s, Py_ssize_t n, double *out)
 {
@@ -119,25 +140,12 @@ static int parse_number(const unsigned char *s, Py_ssize_t n, double *out)
     int neg = 0;
     if (i < n && (s[i] == '+' || s[i] == '-'))
         neg = s[i++] == '-';
-    uint64_t mant = 0;
-    int sig = 0, frac = 0, digits = 0, exact = 1;
-    for (; i < n && is_digit(s[i]); i++, digits++) {
-        if (mant || s[i] != '0')
-            sig++;
-        if (sig <= 19)
-            mant = mant * 10 + (uint64_t)(s[i] - '0');
-        else
-            exact = 0;
-    }
+    Digits d = {0, 0, 1};
+    int frac = 0, digits = take_digits(s, n, &i, &d);
     if (i < n && s[i] == '.') {
-        for (i++; i < n && is_digit(s[i]); i++, digits++, frac++) {
-            if (mant || s[i] != '0')
-                sig++;
-            if (sig <= 19)
-                mant = mant * 10 + (uint64_t)(s[i] - '0');
-            else
-                exact = 0;
-        }
+        i++;
+        frac = take_digits(s, n, &i, &d);
+        digits += frac;
     }
     if (digits == 0) {
         /* inf / infinity / nan, any case: float() reads them; let it. */
@@ -147,7 +155,7 @@ static int parse_number(const unsigned char *s, Py_ssize_t n, double *out)
         for (Py_ssize_t j = i; j < n; j++)
             if (!((s[j] | 0x20) >= 'a' && (s[j] | 0x20) <= 'z'))
                 return 0;
-        exact = 0;
+        d.exact = 0;
     }
     long exp10 = 0;
     if (digits && i < n && (s[i] == 'e' || s[i] == 'E')) {
@@ -161,15 +169,15 @@ static int parse_number(const unsigned char *s, Py_ssize_t n, double *out)
         if (edigits == 0)
             return 0;
         if (edigits >= 6)
-            exact = 0;
+            d.exact = 0;
         exp10 = eneg ? -exp10 : exp10;
     }
     if (digits && i != n)
         return 0;
     exp10 -= frac;
-    if (FAST_PATH_OK && exact && mant <= ((uint64_t)1 << 53) && exp10 >= -22 && exp10 <= 22) {
+    if (FAST_PATH_OK && d.exact && d.mant <= ((uint64_t)1 << 53) && exp10 >= -22 && exp10 <= 22) {
         /* Both operands exact: one IEEE operation rounds correctly (Clinger's fast path). */
-        double v = (double)mant;
+        double v = (double)d.mant;
         v = exp10 >= 0 ? v * POW10[exp10] : v / POW10[-exp10];
         *out = neg ? -v : v;
         return 1;

@@ -104,7 +104,7 @@ def read_located(
 
 
 def concat(parts: list[Columns]) -> Columns:
-    """One ``Columns`` of the slices' rows, in order; a column a slice lacks is NaN / False."""
+    """One ``Columns`` of the parts' rows, in order; a column a part lacks is NaN / False."""
     if len(parts) == 1:
         return parts[0]
     names = dict.fromkeys(k for part in parts for k in part.values)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
-#: Set (to anything) to read every log with the pure-Python path (to compare, or to debug).
+#: Set (non-empty) to read every log with the pure-Python path (to compare, or to debug).
 PURE_ENV = "PYTEST_ACCURACY_PURE_LOGS"
 
 _compiled: ModuleType | None
