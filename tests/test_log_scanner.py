@@ -20,6 +20,15 @@ from pytest_accuracy.logs.fields import SEP
 SAMPLES = Path(__file__).parent / "data" / "log_samples"
 EXAMPLES = Path(__file__).parent.parent / "example_data" / "logs"
 REQUIRE_ENV = "PYTEST_ACCURACY_REQUIRE_COMPILED"
+# CI gates merges: the same examples every run (derandomize).  To hunt for new cases, run
+# e.g. ACC_FUZZ_EXAMPLES=3000 ACC_FUZZ_RANDOM=1 pytest tests/test_log_scanner.py -n 2.
+EXAMPLES_N = int(os.environ.get("ACC_FUZZ_EXAMPLES", "300"))
+FUZZ = settings(
+    max_examples=EXAMPLES_N,
+    deadline=None,
+    derandomize=not os.environ.get("ACC_FUZZ_RANDOM"),
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 scan = speedups.scanner()
 needs_scanner = pytest.mark.skipif(scan is None, reason="the compiled log scanner is not built")
@@ -180,7 +189,7 @@ def mutated_log(draw: st.DrawFn) -> tuple[str, bytes]:
 
 
 @needs_scanner
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@FUZZ
 @given(case=mutated_log())
 def test_mutated_logs_read_the_same(case: tuple[str, bytes], tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
     fmt, data = case
@@ -219,7 +228,7 @@ DECIMAL = rb"[+-]?([0-9]{1,25}(\.[0-9]{0,25})?|\.[0-9]{1,25})([eE][+-]?[0-9]{1,4
 
 
 @needs_scanner
-@settings(max_examples=200, deadline=None)
+@FUZZ
 @given(
     xs=st.lists(st.floats(allow_nan=False), min_size=1, max_size=50),
     spec=st.sampled_from(["{!r}", "{:.6E}", "{:.17g}", "{:.3f}", "{:.20e}", "{:.0f}", "{:g}"]),
@@ -249,7 +258,7 @@ def test_words_missing_markers_and_junk() -> None:
 
 
 @needs_scanner
-@settings(max_examples=300, deadline=None)
+@FUZZ
 @given(data=st.binary(max_size=3000), marker=st.sampled_from([b"{", b"a", b"\n", b"||"]))
 def test_any_bytes_give_rows_or_odd_lines(data: bytes, marker: bytes) -> None:
     """Arbitrary bytes never crash the scanner; each marker line is a row or an odd line."""

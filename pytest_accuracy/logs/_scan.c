@@ -29,8 +29,9 @@
 enum { KIND_SKIP = 0, KIND_KEY = 1, KIND_NUMBER = 2, KIND_FLAG = 3, KIND_DIGITS = 4 };
 enum { CLOSE_LINE = 0, CLOSE_FIRST = 1, CLOSE_LAST = 2 };
 /* flags: skip the spaces after the marker; a run of separators is one (like str.split);
- * a line with a second marker is odd (its format's regex finds two records there); a record
- * short of trailing fields fits (pandas pads short rows: right where pandas is the referee). */
+ * a line with a second marker is odd (its format's regex finds two records there); read
+ * records as pandas does where it is the referee: a record short of trailing fields fits
+ * (pandas pads it), and so does one whose first field past the layout is empty. */
 enum { SKIP_SPACES = 1, COLLAPSE = 2, ONCE = 4, SHORT_ROWS = 8 };
 
 typedef struct {
@@ -311,7 +312,15 @@ static int fit(const Layout *L, const unsigned char *s, Py_ssize_t n, double *va
         int more = p < n && !(L->collapse && after == n); /* another token follows */
         if (more && odd_run)
             return FIT_NO;
-        if (tok >= L->ntok || (more && (tok == L->ntok - 1 || s[p] != L->seps[tok])))
+        if (tok == L->ntok) {
+            /* pandas drops the fields past the layout when the first is empty ("1e-05:}") */
+            if (L->short_rows && p == start)
+                break;
+            return FIT_NO;
+        }
+        if (more && tok < L->ntok - 1 && s[p] != L->seps[tok])
+            return FIT_NO;
+        if (more && tok == L->ntok - 1 && !L->short_rows)
             return FIT_NO;
         const unsigned char *tk = s + start;
         Py_ssize_t len = p - start;

@@ -17,7 +17,7 @@ from pytest_accuracy.logs.speedups import scanner
 from pytest_accuracy.logs.table import TRUE_TEXTS
 
 _ROUNDS = 4  # layouts tried on the lines the previous one did not fit (a run that changed keys)
-_FEW = 64  # fewer odd lines than this are outliers, read one by one as the pure path does
+_FEW = 64  # fewer odd lines than this are outliers: the pure path reads them with the layout
 _CLOSE = {"line": 0, "first": 1, "last": 2}
 _SKIP_SPACES, _COLLAPSE, _ONCE, _SHORT_ROWS = 1, 2, 4, 8  # the scanner's flags
 _NA = tuple(t.encode() for t in fields._BARE_NA)
@@ -54,21 +54,20 @@ def read_records(
     """Every record of ``data`` read into columns, in file order (see ``fields.Columns``).
 
     The C scanner reads each line that fits the layout learnt from the first
-    records, in one pass over the bytes.  A line that fits but has a value that
-    is no plain number (``1.2.3``, ``[3.5]``) is read by ``fields.read_records``,
-    the pure path, which reads such values as it always does.  The lines that do
-    not fit (a key moved or added, two records on a line) are outliers when few:
-    their records are flagged for the format's one-by-one reading, as in the pure
-    path.  Many get a layout of their own, up to ``_ROUNDS`` times, and what is
-    left goes to the pure path, which is also what runs without the compiled
-    module.  Both give the same table.  A format with a ``rest`` reader (its own
-    regex) has every line the scanner leaves read by it instead.
+    records, in one pass over the bytes.  The lines it leaves go to the pure
+    path (``fields.read_records``, also what runs without the compiled module)
+    with the same layout, which reads them as it would in the whole file: a value
+    that is no plain number (``1.2.3``, ``[3.5]``) by its text, a line whose keys
+    moved or that holds two records by key or one by one.  Only when many lines
+    do not fit (a run whose keys changed) do they get a layout of their own, up
+    to ``_ROUNDS`` times.  Both paths give the same table.  A format with a
+    ``rest`` reader (its own regex) has every line the scanner leaves read by it.
     """
     scan = scanner()
     if scan is None:
         return rest(data, None) if rest else fields.read_records(data, where.pattern, spec)
     parts: list[tuple[np.ndarray, Columns]] = []
-    buf, origin, few = data, _Origin.identity(), False
+    buf, origin, kept = data, _Origin.identity(), None
     for _ in range(_ROUNDS):
         found = list(itertools.islice(where.pattern.finditer(buf), 16))
         layout = fields.learn_layout([m.group(1) for m in found], spec)
@@ -82,11 +81,11 @@ def read_records(
         if len(junk):  # they fit this layout: read with it, as the pure path would
             parts.append(_pure(*_gather(buf, junk, origin), where, spec, rest, layout=layout))
         buf, origin = _gather(buf, odd, origin)
-        few = len(odd) < _FEW
-        if few:
+        if len(odd) < _FEW:
+            kept = layout  # outliers: read with this layout, as in the whole file
             break
     if buf:
-        parts.append(_pure(buf, origin, where, spec, rest, outliers=few))
+        parts.append(_pure(buf, origin, where, spec, rest, layout=kept))
     return _in_file_order(parts)
 
 
@@ -96,15 +95,12 @@ def _pure(
     where: Records,
     spec: Fields,
     rest: Rest | None,
-    outliers: bool = False,
     layout: Layout | None = None,
 ) -> tuple[np.ndarray, Columns]:
-    """Lines the scanner left, read by the pure path (``outliers``: one by one)."""
+    """Lines the scanner left, read by the pure path (with ``layout``, else layouts it learns)."""
     located: list[int] = []
     if rest is not None:
         part = rest(buf, located)
-    elif outliers:
-        part = _outliers(buf, where.pattern, located)
     else:
         part = fields.read_located(buf, where.pattern, spec, located, layout)
     return origin.to_data(np.array(located, dtype=np.int64)), part
@@ -194,14 +190,6 @@ def _agrees(
         for name, values in part.values.items()
         if name in ref.values
     )
-
-
-def _outliers(buf: bytes, pattern: re.Pattern[bytes], starts: list[int]) -> Columns:
-    """The records of a few odd lines, each flagged for the format's one-by-one reading."""
-    found = list(pattern.finditer(buf))
-    starts += [m.start(1) for m in found]
-    rows = {i: m.group(1) for i, m in enumerate(found)}
-    return Columns({}, {}, np.ones(len(rows), dtype=bool), 0, rows)
 
 
 def _gather(buf: bytes, odd: np.ndarray, origin: _Origin) -> tuple[bytes, _Origin]:
