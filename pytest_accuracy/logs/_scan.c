@@ -55,6 +55,9 @@ typedef struct {
     Py_ssize_t ntok, nvals;
     Py_ssize_t last_key; /* a short record must reach this token (pandas pads with "") */
     int collapse, short_rows;
+#ifdef SIMD_SEPS
+    __m128i sep_vec[SIMD_SEPS]; /* each separator byte broadcast; unused slots repeat the first */
+#endif
     Text na[MAX_TEXTS], truth[MAX_TEXTS];
     Py_ssize_t n_na, n_truth;
 } Layout;
@@ -270,9 +273,7 @@ static Py_ssize_t next_sep(const Layout *L, const unsigned char *s, Py_ssize_t p
 {
 #ifdef SIMD_SEPS
     if (L->nsep <= SIMD_SEPS) {
-        __m128i sep[SIMD_SEPS];
-        for (int k = 0; k < SIMD_SEPS; k++) /* unused slots repeat the first separator */
-            sep[k] = _mm_set1_epi8((char)L->sep_bytes[k < L->nsep ? k : 0]);
+        const __m128i *sep = L->sep_vec;
         for (; p + 16 <= n; p += 16) {
             __m128i v = _mm_loadu_si128((const __m128i *)(s + p));
             __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, sep[0]), _mm_cmpeq_epi8(v, sep[1])),
@@ -413,6 +414,10 @@ static int load_layout(Layout *L, PyObject *table, PyObject *seps, PyObject *kin
         PyErr_SetString(PyExc_ValueError, "the table maps no byte to the separator");
         return -1;
     }
+#ifdef SIMD_SEPS
+    for (int k = 0; k < SIMD_SEPS; k++) /* built once here, not per token in next_sep */
+        L->sep_vec[k] = _mm_set1_epi8((char)L->sep_bytes[k < L->nsep ? k : 0]);
+#endif
     L->seps = (const unsigned char *)PyBytes_AS_STRING(seps);
     L->kinds = (const unsigned char *)PyBytes_AS_STRING(kinds);
     L->keys = PyMem_Calloc((size_t)L->ntok, sizeof(Text));

@@ -20,11 +20,11 @@ SEP = b"\x1f"  # ASCII unit separator: never in a log line we read
 _SEP_STR = SEP.decode("latin-1")
 _BLOCK = 1 << 16  # rows per read_csv call: bounded memory, one layout per block
 _SLICE = 1 << 25  # bytes of the file read_records takes at a time
-_SAMPLE = 16  # rows a block's layout is learnt from
+SAMPLE = 16  # rows a layout is learnt from (a block's here, a scan's in records.py)
 # Value texts pandas reads as NaN (table.read_value reads them as missing too), with the
 # spaces the formats put around values; any other "no value" text takes the slow path.
-_BARE_NA = ["", "nan", "NaN", "NAN", "-nan", "None", "none", "N/A", "n/a", "NA", "na", "null", "-"]
-_NA = [f"{a}{t}{b}" for t in _BARE_NA for a in ("", " ") for b in ("", " ")]
+BARE_NA = ["", "nan", "NaN", "NAN", "-nan", "None", "none", "N/A", "n/a", "NA", "na", "null", "-"]
+_NA = [f"{a}{t}{b}" for t in BARE_NA for a in ("", " ") for b in ("", " ")]
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ def read_rows(rows: Sequence[bytes], spec: Fields, known: Layout | None = None) 
     out = Columns({}, {}, np.zeros(n, dtype=bool), 0)
     for start in range(0, n, _BLOCK):
         block = rows[start : start + _BLOCK]
-        layout = known or learn_layout(block[:_SAMPLE], spec)
+        layout = known or learn_layout(block[:SAMPLE], spec)
         try:
             if layout is not None:
                 _read_block(block, layout, spec, out, start, n)

@@ -20,7 +20,7 @@ _ROUNDS = 4  # layouts tried on the lines the previous one did not fit (a run th
 _FEW = 64  # fewer odd lines than this are outliers: the pure path reads them with the layout
 _CLOSE = {"line": 0, "first": 1, "last": 2}
 _SKIP_SPACES, _COLLAPSE, _ONCE, _SHORT_ROWS = 1, 2, 4, 8  # the scanner's flags
-_NA = tuple(t.encode() for t in fields._BARE_NA)
+_NA = tuple(t.encode() for t in fields.BARE_NA)
 _TRUTH = tuple(t.encode() for t in sorted(TRUE_TEXTS))
 
 
@@ -69,7 +69,7 @@ def read_records(
     parts: list[tuple[np.ndarray, Columns]] = []
     buf, origin, kept = data, _Origin.identity(), None
     for _ in range(_ROUNDS):
-        found = list(itertools.islice(where.pattern.finditer(buf), 16))
+        found = list(itertools.islice(where.pattern.finditer(buf), fields.SAMPLE))
         layout = fields.learn_layout([m.group(1) for m in found], spec)
         if layout and rest and not _agrees(scan, _lines(buf, found), where, spec, layout, rest):
             layout = None  # the format's reader reads its sample otherwise: it reads everything
