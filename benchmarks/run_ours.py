@@ -37,7 +37,7 @@ sys.path.insert(0, str(_root_from_argv()))
 def compare(npu: str, bench: str, inputs: str | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     from pytest_accuracy.compare import Comparison
-    from pytest_accuracy.divergence import find_first_divergence
+    from pytest_accuracy.compare.divergence import find_first_divergence
     from pytest_accuracy.dumps.layout import load_dumps
 
     t1 = time.perf_counter()

@@ -7,7 +7,7 @@ from functools import cached_property
 import pandas as pd
 
 from pytest_accuracy.compare import Comparison, NodeResult
-from pytest_accuracy.divergence import FirstDivergence, find_first_divergence
+from pytest_accuracy.compare.divergence import FirstDivergence, find_first_divergence
 from pytest_accuracy.report.records import node_record, tensor_row
 
 

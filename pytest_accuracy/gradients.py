@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from pytest_accuracy.criteria import CompareCriteria, judge_tensor, less_precise
+from pytest_accuracy.compare.criteria import CompareCriteria, judge_tensor, less_precise
+from pytest_accuracy.compare.metrics import tensor_metrics
 from pytest_accuracy.dumps.model import Dump, DumpSet, TensorRecord
 from pytest_accuracy.errors import AccuracyInputError
-from pytest_accuracy.metrics import tensor_metrics
 from pytest_accuracy.naming import Pairing, load_yaml, module_scope
 
 # ---------------------------------------------------------------- parameter-name conventions

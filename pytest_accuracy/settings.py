@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_accuracy.criteria import CompareCriteria, load_waivers
+from pytest_accuracy.compare.criteria import CompareCriteria, load_waivers
 
 
 def setting(config: pytest.Config, name: str, marker: Mapping[str, Any] | None = None) -> Any:

@@ -8,10 +8,15 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pytest_accuracy.criteria import CompareCriteria, judge_stats, judge_tensor, load_waivers
+from pytest_accuracy.compare.criteria import (
+    CompareCriteria,
+    judge_stats,
+    judge_tensor,
+    load_waivers,
+)
+from pytest_accuracy.compare.metrics import stats_metrics, tensor_metrics
 from pytest_accuracy.dumps.model import Stats
 from pytest_accuracy.errors import AccuracyInputError
-from pytest_accuracy.metrics import stats_metrics, tensor_metrics
 
 
 def test_identical_tensors() -> None:

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_accuracy.metrics import tensor_metrics
+from pytest_accuracy.compare.metrics import tensor_metrics
 from pytest_accuracy.precheck.inputs import NUMPY_DTYPES, is_float
 
 

@@ -6,8 +6,8 @@ import math
 from typing import Any
 
 from pytest_accuracy.compare import NodeResult, TensorComparison
-from pytest_accuracy.divergence import FirstDivergence
-from pytest_accuracy.metrics import StatsMetrics, TensorMetrics
+from pytest_accuracy.compare.divergence import FirstDivergence
+from pytest_accuracy.compare.metrics import StatsMetrics, TensorMetrics
 
 # msprobe's metric column names and our snake_case JSON keys for them.
 TENSOR_COLUMNS = {

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_accuracy.compare import Comparison, NodeResult
-from pytest_accuracy.divergence import (
+from pytest_accuracy.compare.divergence import (
     FirstDivergence,
     evidence_lines,
     find_first_divergence,

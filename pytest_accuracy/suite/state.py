@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_accuracy.compare import Comparison, Pairing
-from pytest_accuracy.criteria import CompareCriteria
+from pytest_accuracy.compare.criteria import CompareCriteria
 from pytest_accuracy.dumps.layout import load_dumps
 from pytest_accuracy.settings import compare_criteria, parse_int_set, path_setting, setting
 

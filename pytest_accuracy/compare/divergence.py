@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_accuracy.compare import Comparison, NodeResult, TensorComparison
+from pytest_accuracy.compare.metrics import StatsMetrics, TensorMetrics
 from pytest_accuracy.dumps.model import TensorRecord
-from pytest_accuracy.metrics import StatsMetrics, TensorMetrics
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pytest_accuracy.compare.metrics import StatsMetrics, TensorMetrics
 from pytest_accuracy.dumps.model import FLOAT_EPS
 from pytest_accuracy.errors import AccuracyInputError
-from pytest_accuracy.metrics import StatsMetrics, TensorMetrics
 
 
 @dataclass(frozen=True)

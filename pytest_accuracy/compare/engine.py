@@ -1,101 +1,19 @@
-"""Pair NPU and bench calls and judge each NPU node; results are computed lazily, per node."""
+"""The compare of two runs: pairs NPU and bench calls and judges each node lazily, in threads."""
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
 
-import numpy as np
-
-from pytest_accuracy.criteria import (
-    CompareCriteria,
-    Judgement,
-    Waiver,
-    judge_md5,
-    judge_stats,
-    judge_tensor,
-    less_precise,
-)
-from pytest_accuracy.dumps.model import (
-    Call,
-    Dump,
-    DumpSet,
-    ScalarArg,
-    TensorRecord,
-    is_float_dtype,
-)
+from pytest_accuracy.compare.criteria import CompareCriteria, less_precise
+from pytest_accuracy.compare.judge import compare_all, records_of, scalar_diffs, settle
+from pytest_accuracy.compare.pairing import Pairing, pair_by_name
+from pytest_accuracy.compare.results import NodeResult
+from pytest_accuracy.dumps.model import Call, Dump, DumpSet
 from pytest_accuracy.errors import AccuracyInputError
-from pytest_accuracy.metrics import StatsMetrics, TensorMetrics, stats_metrics, tensor_metrics
-
-# (npu dump, bench dump) -> {npu node name: bench node name}; absent names are unmatched.
-Pairing = Callable[[Dump, Dump], Mapping[str, str]]
-
-
-def pair_by_name(npu: Dump, bench: Dump) -> dict[str, str]:
-    """Same-framework pairing: identical node names."""
-    return {c.name: c.name for c in npu.calls if bench.get(c.name) is not None}
-
-
-@dataclass
-class TensorComparison:
-    """One NPU tensor and its bench counterpart, with metrics and a judgement."""
-
-    path: str
-    npu: TensorRecord
-    bench: TensorRecord | None
-    dtype: str  # the effective dtype whose tolerance applied
-    judgement: Judgement
-    metrics: TensorMetrics | StatsMetrics | None = None
-    method: str = "tensor"  # tensor | statistics | md5
-
-    @property
-    def ok(self) -> bool:
-        return self.judgement.ok
-
-
-@dataclass(frozen=True)
-class ScalarDiff:
-    path: str
-    npu_value: object
-    bench_value: object
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.npu_value!r} vs bench {self.bench_value!r}"
-
-
-@dataclass
-class NodeResult:
-    """The verdict for one NPU node."""
-
-    index: int
-    step: int
-    rank: int
-    npu: Call
-    bench: Call | None
-    status: str  # pass | fail | unmatched | skip | error | waived
-    reason: str = ""
-    inputs: list[TensorComparison] = field(default_factory=list)
-    outputs: list[TensorComparison] = field(default_factory=list)
-    scalar_diffs: list[ScalarDiff] = field(default_factory=list)
-    waiver: Waiver | None = None
-    inputs_checked: bool = False
-
-    @property
-    def inputs_ok(self) -> bool:
-        return all(t.ok for t in self.inputs)
-
-    @property
-    def failing_outputs(self) -> list[TensorComparison]:
-        return [t for t in self.outputs if not t.ok]
-
-    @property
-    def key(self) -> str:
-        return f"{self.step}/{self.rank}/{self.npu.name}"
 
 
 class Comparison:
@@ -167,7 +85,7 @@ class Comparison:
         criteria = self.criteria.with_waiver(result.waiver)
         dtype = self.effective_dtypes[result.index]
         inputs = call.input_tensors + call.parameters
-        result.inputs = _compare_all(inputs, result.bench, dtype, criteria)
+        result.inputs = compare_all(inputs, result.bench, dtype, criteria)
         result.inputs_checked = True
 
     def close(self) -> None:
@@ -199,7 +117,7 @@ class Comparison:
         out = []
         for i, (_, call) in enumerate(self.entries):
             bench = self.bench_call(i)
-            for rec in _records(call) + (_records(bench) if bench else []):
+            for rec in records_of(call) + (records_of(bench) if bench else []):
                 running = less_precise(running, rec.dtype)
             out.append(running)
         return out
@@ -216,14 +134,14 @@ class Comparison:
         criteria = self.criteria.with_waiver(waiver)
         dtype = self.effective_dtypes[index]
         try:
-            result.outputs = _compare_all(call.output_tensors, bench, dtype, criteria)
+            result.outputs = compare_all(call.output_tensors, bench, dtype, criteria)
             if self.inputs_mode == "all":
                 self._add_inputs(result)
         except AccuracyInputError as exc:
             result.status, result.reason = "error", str(exc)
             return result
-        result.scalar_diffs = _scalar_diffs(call, bench)
-        _settle(result)
+        result.scalar_diffs = scalar_diffs(call, bench)
+        settle(result)
         why = self._incomparable_backward(dump, call, bench) if result.status == "fail" else None
         if why is not None:
             result.status = "skip"
@@ -258,66 +176,3 @@ class Comparison:
         return "no node of this name in the bench dump"
 
 
-def _settle(result: NodeResult) -> None:
-    if result.waiver is not None and result.waiver.known_divergence:
-        result.status, result.reason = "waived", f"known divergence: {result.waiver.reason}"
-    elif not result.outputs:
-        result.status, result.reason = "skip", "no tensor outputs to compare"
-    elif result.failing_outputs:
-        result.status = "fail"
-    else:
-        result.status = "pass"
-
-
-def _records(call: Call) -> list[TensorRecord]:
-    return call.input_tensors + call.parameters + call.output_tensors
-
-
-def _compare_all(
-    records: list[TensorRecord], bench: Call, dtype: str, criteria: CompareCriteria
-) -> list[TensorComparison]:
-    by_path = {r.path: r for r in _records(bench)}
-    out = []
-    for rec in records:
-        other = by_path.get(rec.path)
-        if other is None:
-            continue  # e.g. a gradient that only one framework records
-        # integer/bool tensors must be equal, so they keep their own dtype
-        eff = less_precise(dtype, rec.dtype) if is_float_dtype(rec.dtype) else rec.dtype
-        out.append(compare_tensor(rec, other, eff, criteria))
-    return out
-
-
-def compare_tensor(
-    npu: TensorRecord, bench: TensorRecord, dtype: str, criteria: CompareCriteria
-) -> TensorComparison:
-    """Compare one tensor pair with the best evidence both sides have."""
-    tol = criteria.tolerance(dtype)
-    if npu.has_data and bench.has_data:
-        metrics = tensor_metrics(npu.load(), bench.load())
-        judged = judge_tensor(metrics, dtype, tol)
-        return TensorComparison(npu.path, npu, bench, dtype, judged, metrics, "tensor")
-    if npu.md5 is not None and bench.md5 is not None:
-        return TensorComparison(
-            npu.path, npu, bench, dtype, judge_md5(npu.md5, bench.md5), None, "md5"
-        )
-    stats = stats_metrics(npu.stats, bench.stats)
-    return TensorComparison(
-        npu.path, npu, bench, dtype, judge_stats(stats, dtype, tol), stats, "statistics"
-    )
-
-
-def _scalar_diffs(npu: Call, bench: Call) -> list[ScalarDiff]:
-    theirs = {a.path: a for a in bench.inputs if isinstance(a, ScalarArg)}
-    diffs = []
-    for arg in npu.scalar_inputs:
-        other = theirs.get(arg.path)
-        if other is not None and not _same_value(arg.value, other.value):
-            diffs.append(ScalarDiff(arg.path, arg.value, other.value))
-    return diffs
-
-
-def _same_value(a: Any, b: Any) -> bool:
-    if isinstance(a, float) and isinstance(b, float):
-        return a == b or (np.isnan(a) and np.isnan(b))
-    return bool(a == b)

@@ -1,0 +1,15 @@
+"""Which bench call each NPU call is compared with."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from pytest_accuracy.dumps.model import Dump
+
+# (npu dump, bench dump) -> {npu node name: bench node name}; absent names are unmatched.
+Pairing = Callable[[Dump, Dump], Mapping[str, str]]
+
+
+def pair_by_name(npu: Dump, bench: Dump) -> dict[str, str]:
+    """Same-framework pairing: identical node names."""
+    return {c.name: c.name for c in npu.calls if bench.get(c.name) is not None}

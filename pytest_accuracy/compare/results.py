@@ -1,0 +1,66 @@
+"""What a compare produces: tensor comparisons, scalar differences and one result per node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pytest_accuracy.compare.criteria import Judgement, Waiver
+from pytest_accuracy.compare.metrics import StatsMetrics, TensorMetrics
+from pytest_accuracy.dumps.model import Call, TensorRecord
+
+
+@dataclass
+class TensorComparison:
+    """One NPU tensor and its bench counterpart, with metrics and a judgement."""
+
+    path: str
+    npu: TensorRecord
+    bench: TensorRecord | None
+    dtype: str  # the effective dtype whose tolerance applied
+    judgement: Judgement
+    metrics: TensorMetrics | StatsMetrics | None = None
+    method: str = "tensor"  # tensor | statistics | md5
+
+    @property
+    def ok(self) -> bool:
+        return self.judgement.ok
+
+
+@dataclass(frozen=True)
+class ScalarDiff:
+    path: str
+    npu_value: object
+    bench_value: object
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.npu_value!r} vs bench {self.bench_value!r}"
+
+
+@dataclass
+class NodeResult:
+    """The verdict for one NPU node."""
+
+    index: int
+    step: int
+    rank: int
+    npu: Call
+    bench: Call | None
+    status: str  # pass | fail | unmatched | skip | error | waived
+    reason: str = ""
+    inputs: list[TensorComparison] = field(default_factory=list)
+    outputs: list[TensorComparison] = field(default_factory=list)
+    scalar_diffs: list[ScalarDiff] = field(default_factory=list)
+    waiver: Waiver | None = None
+    inputs_checked: bool = False
+
+    @property
+    def inputs_ok(self) -> bool:
+        return all(t.ok for t in self.inputs)
+
+    @property
+    def failing_outputs(self) -> list[TensorComparison]:
+        return [t for t in self.outputs if not t.ok]
+
+    @property
+    def key(self) -> str:
+        return f"{self.step}/{self.rank}/{self.npu.name}"
