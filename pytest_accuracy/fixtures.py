@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_accuracy.compare import Comparison
-from pytest_accuracy.dumps.layout import load_dumps
-from pytest_accuracy.dumps.model import DumpSet
 from pytest_accuracy.settings import compare_criteria, path_setting
+
+if TYPE_CHECKING:  # loaded when a fixture is used, not when pytest starts
+    from pytest_accuracy.dumps.model import DumpSet
 
 
 def _marker_kwargs(request: pytest.FixtureRequest) -> dict[str, Any]:
@@ -21,6 +21,8 @@ def _marker_kwargs(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 
 def _dump(request: pytest.FixtureRequest, name: str) -> DumpSet:
+    from pytest_accuracy.dumps.layout import load_dumps
+
     path = path_setting(request.config, name, _marker_kwargs(request))
     if path is None:
         pytest.skip(f"no {name} dump given (--acc-{name}, ini acc_{name} or @accuracy({name}=...))")
@@ -45,6 +47,7 @@ def acc_compare(request: pytest.FixtureRequest, acc_npu_dump: DumpSet,
     """The compare of the two dumps: ``.pairs``, ``.table`` (DataFrame), ``.first_divergence``,
     ``.failures`` and ``.assert_close()`` raising an AssertionError naming the first divergence."""
     from pytest_accuracy.api import CompareReport
+    from pytest_accuracy.compare import Comparison
     from pytest_accuracy.suite.pairing import choose_pairing
 
     kwargs = _marker_kwargs(request)
@@ -85,6 +88,6 @@ def acc_bench_logs(request: pytest.FixtureRequest) -> list[Any]:
 
     _, benches = _log_paths(request)
     if not benches:
-        pytest.skip("no bench log given (--acc-bench-log, ini acc_bench_logs or "
+        pytest.skip("no bench log given (--acc-bench-log, ini acc_bench_log or "
                     "@accuracy(bench_logs=[...]))")
     return [read_log(p) for p in benches]

@@ -8,75 +8,65 @@ from collections.abc import Generator
 import pytest
 
 from pytest_accuracy.marker import MARKER_HELP, unknown_keys, unknown_keys_message
+from pytest_accuracy.options import INPUT_DESTS, OPTIONS
 from pytest_accuracy.suite import RECORD_KEY, AccuracySuite
 from pytest_accuracy.suite.state import STATE_KEY, make_state
 
+# Nothing here imports numpy or the compare core: every pytest run of a project that merely
+# has the plugin installed pays for this module (benchmarks/bench_startup.py).
 pytest_plugins = ["pytest_accuracy.fixtures"]
 
-_PATH_OPTIONS = {
-    "npu": "NPU (device under test) msprobe dump: root, step dir, rank dir or dump.json",
-    "bench": "bench msprobe dump (same layouts as --acc-npu)",
-    "npu-log": "NPU training log (MindFormers, Megatron, MindSpeed, HF, torchtitan, CSV/JSONL)",
-    "npu-config": "NPU training config (MindFormers yaml or Megatron args)",
-    "bench-config": "bench training config (MindFormers yaml or Megatron args)",
-    "json": "write the versioned JSON result document here",
-    "report": "write the report folder (CSV tables, HTML page, plots) here",
-    "waivers": "waivers yaml: node/API patterns with a relaxed tolerance or a known divergence",
-    "mapping": "msprobe mapping yaml (api/cell/data/layer mapping) or an inferred mapping",
-}
-_VALUE_OPTIONS = {
-    "rel-err": "compare: relative L2 error allowed, overriding the per-dtype defaults",
-    "min-cosine": "compare: minimum cosine, overriding the per-dtype defaults",
-    "min-matched": "compare: minimum share of NPU nodes with a bench counterpart (0.5)",
-    "steps-select": "only these steps of the dumps, e.g. '0,2-4'",
-    "ranks": "only these ranks of the dumps, e.g. '0-7'",
-    "align": "cross-framework pairing: auto (default), always, or name",
-    "device": "precheck device: dump (default), cpu, cuda, npu",
-    "standard": "precheck standard: default or dtype",
-    "suite": "built-in suite: auto (when inputs are on the command line), on, off",
-    "inputs": "compare inputs too: failing (default: only where the first divergence needs "
-              "them) or all (the full msprobe-style table)",
-    "local-norm-step": "compare per-parameter gradient norms at this step (default: the first)",
-}
+_NODE_PREFIX = "accuracy::"
+SELECTED_KEY = pytest.StashKey[list[str]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("accuracy", "model-migration accuracy (pytest-accuracy)")
-    for name, help_text in {**_PATH_OPTIONS, **_VALUE_OPTIONS}.items():
-        dest = "acc_" + name.replace("-", "_")
-        group.addoption(f"--acc-{name}", dest=dest, default=None, help=help_text)
-        parser.addini(dest, help_text, default=None)
-    group.addoption("--acc-bench-log", dest="acc_bench_logs", action="append", default=[],
-                    help="bench training log; repeat for repeated bench runs (the band)")
-    parser.addini("acc_bench_logs", "bench training logs", type="linelist", default=[])
-    group.addoption("--acc-scope", dest="acc_scope", action="append", default=[],
-                    help="only NPU nodes matching this glob (repeatable), e.g. 'Module.layers.1.*'")
-    group.addoption("--acc-precheck", dest="acc_precheck", action="store_true", default=False,
-                    help="generate per-API precheck items from the NPU dump")
-    group.addoption("--acc-no-dtype-aware", dest="acc_dtype_aware", action="store_false",
-                    default=None, help="judge every float tensor with the float32 tolerance")
-    parser.addini("acc_dtype_aware", "judge tensors by their least precise upstream dtype",
-                  default=None)
-    from pytest_accuracy.suite.loss_options import add_loss_options
-
-    add_loss_options(group, parser)
+    for option in OPTIONS:
+        text = f"{option.help} [{option.form}]"
+        if option.kind == "flag":
+            group.addoption(option.flag, dest=option.dest, action="store_true", default=None,
+                            help=option.help)
+        elif option.kind in ("paths", "globs"):
+            group.addoption(option.flag, dest=option.dest, action="append", default=[],
+                            metavar=option.form.split()[0], help=option.help)
+        else:
+            group.addoption(option.flag, dest=option.dest, default=None,
+                            metavar=option.form.split()[0] if option.kind == "path" else "VALUE",
+                            help=text)
+        if option.kind in ("paths", "globs"):
+            parser.addini(option.dest, option.help, type="linelist", default=None)
+        else:
+            parser.addini(option.dest, option.help, type="string", default=None)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    from pytest_accuracy.settings import validate_options
+
     config.addinivalue_line("markers", MARKER_HELP)
+    validate_options(config)
+    config.stash[SELECTED_KEY] = _take_node_ids(config)
     config.stash[STATE_KEY] = make_state(config)
     from pytest_accuracy.suite.summary import AccuracyResults
 
     config.pluginmanager.register(AccuracyResults(config), "accuracy-results")
 
 
+def _take_node_ids(config: pytest.Config) -> list[str]:
+    """``pytest accuracy::compare::0/0/x`` selects generated items: there is no such file."""
+    ids = [a for a in config.args if a.startswith(_NODE_PREFIX) or a == "accuracy"]
+    config.args[:] = [a for a in config.args if a not in ids]
+    return ids
+
+
 def _suite_wanted(config: pytest.Config) -> bool:
-    mode = str(config.getoption("acc_suite") or config.getini("acc_suite") or "auto")
+    from pytest_accuracy.settings import typed_setting
+
+    mode = typed_setting(config, "suite") or "auto"
     if mode in ("on", "off"):
-        return mode == "on"
-    inputs = ("acc_npu", "acc_bench", "acc_npu_log", "acc_bench_logs", "acc_npu_config",
-              "acc_bench_config")
-    return any(config.getoption(name) for name in inputs)
+        return bool(mode == "on")
+    return any(config.getoption(dest) for dest in INPUT_DESTS) or bool(config.stash[SELECTED_KEY])
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -91,17 +81,26 @@ def pytest_collection_modifyitems(
     if _suite_wanted(config):
         suite = AccuracySuite.from_parent(session, name="accuracy", nodeid="accuracy")
         items.extend(session.genitems(suite))
+    selected = config.stash[SELECTED_KEY]
+    if selected:
+        keep = [i for i in items if not i.nodeid.startswith(_NODE_PREFIX)
+                or any(_selects(s, i.nodeid) for s in selected)]
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        items[:] = keep
+
+
+def _selects(node_id: str, item_id: str) -> bool:
+    return item_id == node_id or item_id.startswith(node_id + "::")
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    """With @accuracy and the log fixtures, the marker itself asserts the migration standard."""
+    """With @accuracy giving inputs (or the log fixtures), the marker itself is an assertion."""
     yield
-    funcargs = getattr(item, "funcargs", {})
-    if "acc_npu_log" in funcargs and "acc_bench_logs" in funcargs:
-        from pytest_accuracy.suite.marker_check import assert_migration_standard
+    if any(True for _ in item.iter_markers("accuracy")):
+        from pytest_accuracy.suite.marker_check import assert_marker
 
-        assert_migration_standard(item, funcargs["acc_npu_log"], funcargs["acc_bench_logs"])
+        assert_marker(item)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -4,25 +4,69 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_accuracy.compare.criteria import CompareCriteria, load_waivers
+from pytest_accuracy.options import BY_DEST, OPTIONS, Option, OptionValueError, parse_value
+
+if TYPE_CHECKING:  # the compare core pulls numpy in: only when a compare runs
+    from pytest_accuracy.compare.criteria import CompareCriteria
+
+# Names the code asks for that differ from the option's (the marker and fixtures say "logs").
+_ALIASES = {"bench_logs": "bench_log"}
+
+
+def _option(name: str) -> Option | None:
+    return BY_DEST.get("acc_" + _ALIASES.get(name, name))
+
+
+def _raw(config: pytest.Config, name: str) -> tuple[Any, str]:
+    """The command-line value, else the ini value, with what the user typed to set it."""
+    option = _option(name)
+    dest = option.dest if option else f"acc_{name}"
+    value = config.getoption(dest, default=None)
+    if value not in (None, [], ""):
+        return value, option.flag if option else dest
+    try:
+        ini = config.getini(dest)
+    except ValueError:
+        return None, dest
+    return (ini if ini not in (None, [], "") else None), f"{dest} (ini)"
 
 
 def setting(config: pytest.Config, name: str, marker: Mapping[str, Any] | None = None) -> Any:
     """The value of ``name`` (marker key, ``--acc-<name>`` option, ``acc_<name>`` ini key)."""
     if marker and marker.get(name) is not None:
         return marker[name]
-    value = config.getoption(f"acc_{name}", default=None)
-    if value not in (None, [], ""):
+    return _raw(config, name)[0]
+
+
+def typed_setting(config: pytest.Config, name: str, marker: Mapping[str, Any] | None = None
+                  ) -> Any:
+    """``setting`` parsed by its option's kind; a bad value is a one-line UsageError."""
+    option = _option(name)
+    if marker and marker.get(name) is not None:
+        value, source = marker[name], f"@accuracy({name}=...)"
+    else:
+        value, source = _raw(config, name)
+    if option is None or value is None:
         return value
     try:
-        ini = config.getini(f"acc_{name}")
-    except ValueError:
-        return None
-    return ini if ini not in (None, [], "") else None
+        return parse_value(option, value, source)
+    except OptionValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def flag(config: pytest.Config, name: str) -> bool:
+    """A store_true option or its ini bool (``--acc-precheck`` / ``acc_precheck = true``)."""
+    return bool(typed_setting(config, name))
+
+
+def validate_options(config: pytest.Config) -> None:
+    """Parse every given value once at start-up, so a typo fails before anything is read."""
+    for option in OPTIONS:
+        typed_setting(config, option.dest[4:])
 
 
 def path_setting(config: pytest.Config, name: str, marker: Mapping[str, Any] | None = None
@@ -32,8 +76,7 @@ def path_setting(config: pytest.Config, name: str, marker: Mapping[str, Any] | N
         return None
     path = Path(str(value))
     # ini paths are relative to the ini file, as pytest does for its own path settings.
-    from_ini = config.getoption(f"acc_{name}", default=None) in (None, "") and not (
-        marker and marker.get(name))
+    from_ini = _raw(config, name)[1].endswith("(ini)") and not (marker and marker.get(name))
     if not path.is_absolute() and from_ini and config.inipath is not None:
         path = config.inipath.parent / path
     return path
@@ -41,47 +84,44 @@ def path_setting(config: pytest.Config, name: str, marker: Mapping[str, Any] | N
 
 def float_setting(config: pytest.Config, name: str, marker: Mapping[str, Any] | None = None
                   ) -> float | None:
-    value = setting(config, name, marker)
+    value = typed_setting(config, name, marker)
     if value is None:
         return None
     try:
         return float(value)
-    except (TypeError, ValueError) as exc:
-        raise pytest.UsageError(f"acc {name}: expected a number, got {value!r}") from exc
+    except (TypeError, ValueError):
+        raise pytest.UsageError(f"@accuracy({name}=...): expected a number, got {value!r}"
+                                ) from None
 
 
 def parse_int_set(text: str | None, what: str) -> set[int] | None:
     """'0,2-4' -> {0, 2, 3, 4}; None stays None (no selection)."""
     if not text:
         return None
-    out: set[int] = set()
+    option = BY_DEST["acc_steps_select" if what.startswith("step") else "acc_ranks"]
     try:
-        for part in str(text).split(","):
-            lo, _, hi = part.strip().partition("-")
-            out.update(range(int(lo), int(hi or lo) + 1))
-    except ValueError as exc:
-        raise pytest.UsageError(f"--acc-{what}: expected e.g. '0,2-4', got {text!r}") from exc
-    return out
+        return set(parse_value(option, text, option.flag))
+    except OptionValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def compare_criteria(config: pytest.Config, marker: Mapping[str, Any] | None = None
                      ) -> CompareCriteria:
+    from pytest_accuracy.compare.criteria import CompareCriteria, load_waivers
+
     waivers_path = path_setting(config, "waivers", marker)
-    dtype_aware = setting(config, "dtype_aware", marker)
+    if marker and marker.get("dtype_aware") is not None:
+        dtype_aware = bool(marker["dtype_aware"])
+    else:
+        dtype_aware = not typed_setting(config, "no_dtype_aware")
     min_matched = float_setting(config, "min_matched", marker)
     return CompareCriteria(
         rel_err=float_setting(config, "rel_err", marker),
         min_cosine=float_setting(config, "min_cosine", marker),
-        dtype_aware=_as_bool(dtype_aware) if dtype_aware is not None else True,
+        dtype_aware=dtype_aware,
         min_matched=min_matched if min_matched is not None else 0.5,
         waivers=load_waivers(waivers_path) if waivers_path else (),
     )
-
-
-def _as_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
 _LOSS_FLOATS = ("first_loss_abs", "first_loss_rel", "mean_abs", "mean_rel", "gnorm_rel",
@@ -98,19 +138,13 @@ def loss_criteria(config: pytest.Config, marker: Mapping[str, Any] | None = None
         if value is not None:
             values[name] = value
     steps = marker.get("steps") if marker else None
-    if steps is None and setting(config, "loss_steps"):
-        steps = _parse_window(str(setting(config, "loss_steps")))
+    if steps is None:
+        steps = typed_setting(config, "loss_steps")
     if steps is not None:
         values["steps"] = (int(steps[0]), int(steps[1]))
-    relax = setting(config, "relax_to_bench_noise", marker)
+    relax = (marker or {}).get("relax_to_bench_noise")
+    if relax is None:
+        relax = typed_setting(config, "relax_to_bench_noise")
     if relax is not None:
-        values["relax_to_bench_noise"] = _as_bool(relax)
+        values["relax_to_bench_noise"] = bool(relax)
     return LossCriteria(**values)
-
-
-def _parse_window(text: str) -> tuple[int, int]:
-    try:
-        start, _, end = text.partition(":")
-        return int(start), int(end)
-    except ValueError as exc:
-        raise pytest.UsageError(f"--acc-loss-steps: expected 'start:end', got {text!r}") from exc

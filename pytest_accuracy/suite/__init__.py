@@ -42,6 +42,8 @@ class AccuracyGroup(pytest.Collector):
     ) -> Any:
         if isinstance(excinfo.value, (AccuracyInputError, ImportError)):
             return f"unreadable input: {excinfo.value}"
+        if isinstance(excinfo.value, pytest.UsageError):  # a selection or levels that can't work
+            return str(excinfo.value)
         return super().repr_failure(excinfo)
 
 

@@ -1,4 +1,4 @@
-"""The ``@accuracy`` marker as an assertion on a user's test that uses the log fixtures."""
+"""The ``@accuracy`` marker as an assertion: the migration standard, or the compare of two dumps."""
 
 from __future__ import annotations
 
@@ -9,18 +9,95 @@ import pytest
 from pytest_accuracy.settings import loss_criteria
 
 
-def assert_migration_standard(item: pytest.Item, npu: Any, benches: list[Any]) -> None:
-    """Fail the test with every failing check's message when the standard is missed."""
-    __tracebackhide__ = True
+def marker_kwargs(item: pytest.Item) -> dict[str, Any]:
+    """The merged marker keys, the closest marker winning."""
+    kwargs: dict[str, Any] = {}
+    for mark in reversed(list(item.iter_markers("accuracy"))):
+        kwargs.update(mark.kwargs)
+    return kwargs
+
+
+def assert_marker(item: pytest.Item) -> None:
+    """Fail ``item`` with the missed criteria, as its own failure (no plugin traceback).
+
+    Logs: when the marker names them or the test takes ``acc_npu_log`` and ``acc_bench_logs``.
+    Dumps: when the marker names both and the test does not take ``acc_compare`` (a test that
+    does asserts on the compare itself, e.g. that a known bug is localised).
+    """
+    marker = marker_kwargs(item)
+    funcargs: dict[str, Any] = getattr(item, "funcargs", {})
+    lines: list[str] = []
+    logs = "acc_npu_log" in funcargs and "acc_bench_logs" in funcargs
+    if logs or marker.get("npu_log") or marker.get("bench_logs"):
+        lines += _standard_lines(item, marker, funcargs)
+    if marker.get("npu") and marker.get("bench") and "acc_compare" not in funcargs:
+        lines += _compare_lines(item, marker, funcargs)
+    if lines:
+        path, line, name = item.location
+        head = f"{name} ({path}:{(line or 0) + 1}) misses its @accuracy criteria:"
+        pytest.fail("\n".join([head, *lines]), pytrace=False)
+
+
+def _standard_lines(item: pytest.Item, marker: dict[str, Any], funcargs: dict[str, Any]
+                    ) -> list[str]:
     from pytest_accuracy.curves import evaluate
 
-    marker: dict[str, Any] = {}
-    for mark in reversed(list(item.iter_markers("accuracy"))):
-        marker.update(mark.kwargs)
+    if "acc_npu_log" in funcargs and "acc_bench_logs" in funcargs:
+        npu, benches = funcargs["acc_npu_log"], funcargs["acc_bench_logs"]
+    else:
+        npu, benches = _read_logs(item, marker)
     report = evaluate(npu, benches, loss_criteria(item.config, marker))
     failed = [c for c in report.checks if c.status == "fail"]
-    if failed:
-        lines = [f"Migration standard missed ({len(failed)} of {len(report.checks)} checks):"]
-        for check in failed:
-            lines += [f"[{check.name}] {check.message}"]
-        raise AssertionError("\n".join(lines))
+    if not failed:
+        return []
+    lines = [f"Migration standard missed ({len(failed)} of {len(report.checks)} checks):"]
+    for check in failed:
+        lines += [f"[{check.name}] {check.message}"]
+    return lines
+
+
+def _read_logs(item: pytest.Item, marker: dict[str, Any]) -> tuple[Any, list[Any]]:
+    from pathlib import Path
+
+    from pytest_accuracy.logs import read_log
+    from pytest_accuracy.settings import path_setting, setting
+
+    npu = path_setting(item.config, "npu_log", marker)
+    benches = marker.get("bench_logs") or setting(item.config, "bench_logs") or []
+    if isinstance(benches, (str, Path)):
+        benches = [benches]
+    if npu is None or not benches:
+        key, flag = ("npu_log", "--acc-npu-log") if npu is None else ("bench_logs",
+                                                                        "--acc-bench-log")
+        pytest.fail(f"{item.name}: @accuracy names a training log but no {key}: add "
+                    f"@accuracy({key}=...) or {flag}=PATH", pytrace=False)
+    return read_log(npu), [read_log(Path(str(b))) for b in benches]
+
+
+def _compare_lines(item: pytest.Item, marker: dict[str, Any], funcargs: dict[str, Any]
+                   ) -> list[str]:
+    from pytest_accuracy.api import CompareReport
+    from pytest_accuracy.compare import Comparison
+    from pytest_accuracy.dumps.layout import load_dumps
+    from pytest_accuracy.settings import compare_criteria, path_setting
+    from pytest_accuracy.suite.pairing import choose_pairing
+
+    dumps = []
+    for side in ("npu", "bench"):
+        given = funcargs.get(f"acc_{side}_dump")
+        path = path_setting(item.config, side, marker)
+        dumps.append(given if given is not None else load_dumps(str(path)))
+    npu, bench = dumps
+    criteria = compare_criteria(item.config, marker)
+    pairing = choose_pairing(item.config, npu.framework, bench.framework)
+    cmp = Comparison(npu, bench, criteria, pairing)
+    head = f"Compare of {npu.root} with {bench.root}:"
+    share = cmp.matched_share() if len(cmp) else 0.0
+    if share == 0.0 or share < criteria.min_matched:
+        return [head, f"only {round(share * len(cmp))} of {len(cmp)} NPU nodes found a bench "
+                f"counterpart (at least {criteria.min_matched:.0%} required)."]
+    try:
+        CompareReport(cmp).assert_close()
+    except AssertionError as exc:
+        return [head, *str(exc).splitlines()]
+    return []

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_accuracy.settings import setting
+from pytest_accuracy.settings import flag, setting
 
 
 def extra_groups(config: pytest.Config) -> Iterator[tuple[str, type[pytest.Collector]]]:
@@ -16,7 +16,7 @@ def extra_groups(config: pytest.Config) -> Iterator[tuple[str, type[pytest.Colle
         from pytest_accuracy.suite.loss_items import LossGroup
 
         yield "loss", LossGroup
-    if config.getoption("acc_precheck"):
+    if flag(config, "precheck"):
         from pytest_accuracy.suite.precheck_items import PrecheckGroup
 
         yield "precheck", PrecheckGroup

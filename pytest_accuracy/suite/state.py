@@ -6,13 +6,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_accuracy.compare import Comparison, Pairing
-from pytest_accuracy.compare.criteria import CompareCriteria
-from pytest_accuracy.dumps.layout import load_dumps
-from pytest_accuracy.settings import compare_criteria, parse_int_set, path_setting, setting
+from pytest_accuracy.settings import flag, parse_int_set, path_setting, setting, typed_setting
+
+if TYPE_CHECKING:  # numpy and the compare core load when a compare runs, not at start-up
+    from pytest_accuracy.compare import Comparison, Pairing
+    from pytest_accuracy.compare.criteria import CompareCriteria
+    from pytest_accuracy.dumps.model import DumpSet
 
 
 @dataclass
@@ -26,30 +29,43 @@ class SuiteState:
     @property
     def has_dumps(self) -> bool:
         """Compare items are wanted: a bench dump, or an NPU dump that is not only prechecked."""
-        precheck_only = bool(self.config.getoption("acc_precheck")) and self.bench is None
+        precheck_only = flag(self.config, "precheck") and self.bench is None
         return (self.npu is not None or self.bench is not None) and not precheck_only
 
     @cached_property
     def criteria(self) -> CompareCriteria:
+        from pytest_accuracy.settings import compare_criteria
+
         return compare_criteria(self.config)
 
     @cached_property
     def comparison(self) -> Comparison:
+        from pytest_accuracy.compare import Comparison
         from pytest_accuracy.errors import AccuracyInputError
 
         if self.npu is None or self.bench is None:
             missing = "--acc-bench" if self.npu else "--acc-npu"
             given = self.npu or self.bench
-            raise AccuracyInputError(str(given), f"compare needs both dumps: {missing} is missing")
-        steps = parse_int_set(setting(self.config, "steps_select"), "steps")
-        ranks = parse_int_set(setting(self.config, "ranks"), "ranks")
-        npu = load_dumps(self.npu, steps=steps, ranks=ranks)
-        bench = load_dumps(self.bench, steps=steps, ranks=ranks)
-        inputs = str(setting(self.config, "inputs") or "failing")
-        if inputs not in ("failing", "all"):
-            raise pytest.UsageError(f"--acc-inputs: expected failing or all, got {inputs!r}")
+            hint = " (or --acc-precheck to check the NPU dump alone)" if self.npu else ""
+            raise AccuracyInputError(str(given),
+                                     f"compare needs both dumps: {missing} is missing{hint}")
+        npu, bench = self._load(self.npu), self._load(self.bench)
+        check_levels(npu, bench)
+        inputs = str(typed_setting(self.config, "inputs") or "failing")
         return Comparison(npu, bench, self.criteria,
                           self.pairing(npu.framework, bench.framework), inputs=inputs)
+
+    def _load(self, path: Path) -> DumpSet:
+        """The dump with --acc-steps-select / --acc-ranks applied; an empty selection is named."""
+        from pytest_accuracy.dumps.layout import load_dumps
+
+        steps = parse_int_set(setting(self.config, "steps_select"), "steps")
+        ranks = parse_int_set(setting(self.config, "ranks"), "ranks")
+        dumps = load_dumps(path, steps=steps, ranks=ranks)
+        if not dumps.dumps and (steps is not None or ranks is not None):
+            every = load_dumps(path).keys()
+            raise pytest.UsageError(_empty_selection(path, steps, ranks, every))
+        return dumps
 
     def pairing(self, npu_framework: str, bench_framework: str) -> Pairing | None:
         from pytest_accuracy.suite.pairing import choose_pairing
@@ -60,6 +76,43 @@ class SuiteState:
         from pytest_accuracy.suite.registry import extra_groups
 
         yield from extra_groups(self.config)
+
+
+def _empty_selection(path: Path, steps: set[int] | None, ranks: set[int] | None,
+                     every: list[tuple[int, int]]) -> str:
+    asked = [f"{flag_}={_ranges(chosen)}" for flag_, chosen in
+             (("--acc-steps-select", steps), ("--acc-ranks", ranks)) if chosen is not None]
+    have_steps = _ranges({s for s, _ in every}) or "none"
+    have_ranks = _ranges({r for _, r in every}) or "none"
+    return (f"{' '.join(asked)} selects nothing in {path}: it has steps {have_steps} and "
+            f"ranks {have_ranks}.")
+
+
+def _ranges(values: set[int]) -> str:
+    """{0, 1, 2, 5} -> '0-2,5' (the form the options take)."""
+    out: list[str] = []
+    for v in sorted(values):
+        if out and out[-1].split("-")[-1] == str(v - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{v}"
+        else:
+            out.append(str(v))
+    return ",".join(out)
+
+
+# Levels whose nodes never pair: L0 records modules only, L1 APIs only (mix has both).
+_DISJOINT = {frozenset(("L0", "L1"))}
+
+
+def check_levels(npu: DumpSet, bench: DumpSet) -> None:
+    """Two dumps that cannot share a node are a usage error that names both levels."""
+    if frozenset((npu.level, bench.level)) in _DISJOINT:
+        raise pytest.UsageError(
+            f"the NPU dump is level {npu.level} ({_WHAT[npu.level]}) and the bench dump level "
+            f"{bench.level} ({_WHAT[bench.level]}): they share no node. Dump both at the same "
+            f"level (or mix).")
+
+
+_WHAT = {"L0": "modules only", "L1": "APIs only"}
 
 
 def make_state(config: pytest.Config) -> SuiteState:

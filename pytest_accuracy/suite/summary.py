@@ -83,11 +83,10 @@ class AccuracyResults:
             c = self.coverage
             lines.append(f"Matched {c['matched']} of {c['total']} NPU nodes "
                          f"({c['matched_share']:.1%}; at least {c['min_matched']:.0%} required).")
+        from pytest_accuracy.suite.group_summary import group_lines
+
         for group, records in sorted(self.groups.items()):
-            failed = [r for r in records if r.get("status") == "fail"]
-            if failed:
-                lines.append(f"{group}: {len(failed)} failed: " + "; ".join(
-                    _first_line(r.get("summary") or r.get("name")) for r in failed[:3]))
+            lines += group_lines(group, records)
         return lines
 
     def verdict(self, exitstatus: int) -> str:
@@ -182,8 +181,3 @@ def _write_group_reports(config: pytest.Config, groups: dict[str, list[dict[str,
     from pytest_accuracy.suite.registry import write_group_reports
 
     return write_group_reports(config, groups, out)
-
-
-def _first_line(text: Any) -> str:
-    lines = str(text).splitlines()
-    return lines[0] if lines else ""

@@ -1,0 +1,147 @@
+"""Every ``--acc-*`` option and its ``acc_*`` ini key: one table, one parser per kind of value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Kind = Literal["path", "paths", "globs", "float", "int", "int_set", "window", "choice", "flag"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """``--acc-<name>`` on the command line, ``acc_<name_with_underscores>`` in the ini file."""
+
+    name: str
+    kind: Kind
+    help: str
+    choices: tuple[str, ...] = ()
+
+    @property
+    def flag(self) -> str:
+        return f"--acc-{self.name}"
+
+    @property
+    def dest(self) -> str:
+        return "acc_" + self.name.replace("-", "_")
+
+    @property
+    def form(self) -> str:
+        """The accepted form, as the help and the error messages name it."""
+        return _FORMS.get(self.kind) or "one of " + ", ".join(self.choices)
+
+
+_FORMS = {
+    "path": "PATH", "paths": "PATH (repeatable)", "globs": "GLOB (repeatable)",
+    "float": "a number, e.g. 0.01", "int": "an integer, e.g. 100",
+    "int_set": "integers and ranges, e.g. '0,2-4'", "window": "'start:end', e.g. '100:2000'",
+    "flag": "a flag (ini: true or false)",
+}
+
+OPTIONS: tuple[Option, ...] = (
+    Option("npu", "path", "NPU (device under test) msprobe dump: root, step dir, rank dir or "
+           "dump.json"),
+    Option("bench", "path", "bench msprobe dump (same layouts as --acc-npu)"),
+    Option("npu-log", "path", "NPU training log (MindFormers, Megatron, MindSpeed, HF, "
+           "torchtitan, CSV/JSONL)"),
+    Option("bench-log", "paths", "bench training log; repeat for repeated bench runs (the band)"),
+    Option("npu-config", "path", "NPU training config (MindFormers yaml or Megatron args)"),
+    Option("bench-config", "path", "bench training config (MindFormers yaml or Megatron args)"),
+    Option("json", "path", "write the versioned JSON result document here"),
+    Option("report", "path", "write the report folder (index.html, CSV tables, plots) here"),
+    Option("waivers", "path", "waivers yaml: node/API patterns with a relaxed tolerance or a "
+           "known divergence"),
+    Option("mapping", "path", "msprobe mapping yaml (api/cell/data/layer mapping) or an "
+           "inferred mapping"),
+    Option("rel-err", "float", "compare: relative L2 error allowed, overriding the per-dtype "
+           "defaults"),
+    Option("min-cosine", "float", "compare: minimum cosine, overriding the per-dtype defaults"),
+    Option("min-matched", "float", "compare: minimum share of NPU nodes with a bench "
+           "counterpart (default 0.5)"),
+    Option("no-dtype-aware", "flag", "compare: judge every float tensor with the float32 "
+           "tolerance"),
+    Option("steps-select", "int_set", "only these steps of the dumps, e.g. '0,2-4'"),
+    Option("ranks", "int_set", "only these ranks of the dumps, e.g. '0-7'"),
+    Option("scope", "globs", "only NPU nodes matching this glob (repeatable), e.g. "
+           "'Module.layers.1.*'"),
+    Option("inputs", "choice", "compare inputs too: failing (default: only where the first "
+           "divergence needs them) or all (the full msprobe-style table)", ("failing", "all")),
+    Option("local-norm-step", "int", "compare per-parameter gradient norms at this step "
+           "(default: the first)"),
+    Option("align", "choice", "cross-framework pairing (default auto)", ("auto", "always", "name")),
+    Option("suite", "choice", "built-in suite: auto (when inputs are on the command line), on, "
+           "off", ("auto", "on", "off")),
+    Option("precheck", "flag", "generate per-API precheck items from the NPU dump"),
+    Option("device", "choice", "precheck device (default dump: judge the dumped outputs)",
+           ("dump", "cpu", "cuda", "npu")),
+    Option("standard", "choice", "precheck standard (default: default)", ("default", "dtype")),
+    Option("first-loss-abs", "float", "loss: first-step absolute error allowed (default 0.005)"),
+    Option("first-loss-rel", "float", "loss: first-step relative error allowed (default 0.005)"),
+    Option("mean-abs", "float", "loss: mean absolute error allowed (default 0.01)"),
+    Option("mean-rel", "float", "loss: mean relative error allowed (default 0.01)"),
+    Option("gnorm-rel", "float", "loss: grad-norm mean relative error allowed (default 0.10)"),
+    Option("band-factor", "float", "loss: band width in multiples of the bench runs' own spread "
+           "(default 2)"),
+    Option("loss-steps", "window", "loss: inclusive step window 'start:end'"),
+    Option("relax-to-bench-noise", "flag", "loss: widen each threshold to the bench runs' spread "
+           "(>= 2 bench logs)"),
+    Option("write-golden", "path", "write the NPU log as a Megatron golden-values JSON here"),
+)
+
+BY_DEST = {o.dest: o for o in OPTIONS}
+INPUT_DESTS = ("acc_npu", "acc_bench", "acc_npu_log", "acc_bench_log", "acc_npu_config",
+               "acc_bench_config")
+
+
+class OptionValueError(ValueError):
+    """A value that does not parse; the message names the option and the accepted form."""
+
+
+def parse_value(option: Option, value: Any, source: str) -> Any:
+    """``value`` parsed for ``option``; ``source`` is the flag or ini key the user typed."""
+    if value is None or option.kind in ("path", "paths", "globs"):
+        return value
+    text = str(value).strip()
+    try:
+        if option.kind == "float":
+            return float(text)
+        if option.kind == "int":
+            return int(text)
+        if option.kind == "int_set":
+            return parse_int_set(text)
+        if option.kind == "window":
+            start, sep, end = text.partition(":")
+            if not sep:
+                raise ValueError(text)
+            return int(start), int(end)
+        if option.kind == "flag":
+            return parse_bool(value)
+    except ValueError:
+        pass
+    else:
+        if text in option.choices:
+            return text
+    raise OptionValueError(f"{source}: expected {option.form}, got {text!r}")
+
+
+def parse_int_set(text: str) -> set[int]:
+    """'0,2-4' -> {0, 2, 3, 4}; raises ValueError on anything else."""
+    out: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        start, end = int(lo), int(hi or lo)
+        if end < start:
+            raise ValueError(part)
+        out.update(range(start, end + 1))
+    return out
+
+
+def parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(text)
