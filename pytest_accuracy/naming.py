@@ -94,9 +94,11 @@ def canonical_api(call: Call, npu_framework: str, bench_framework: str, amap: Ap
 def load_yaml(path: str | Path, what: str) -> Any:
     import yaml
 
+    from pytest_accuracy.safe_yaml import safe_load
+
     file = Path(path)
     try:
-        return yaml.safe_load(file.read_text(encoding="utf-8"))
+        return safe_load(file.read_text(encoding="utf-8"), file)
     except (OSError, UnicodeDecodeError) as exc:
         raise AccuracyInputError(file, f"cannot read {what}: {exc}") from exc
     except yaml.YAMLError as exc:

@@ -374,7 +374,7 @@ def test_absurd_shapes_are_input_errors(
     path = write_pt(
         tmp_path / "t.pt", tensor_pickle(size=size, stride=stride, numel=1), {"0": b"\0" * 4}
     )
-    with pytest.raises(AccuracyInputError, match="cannot build a tensor"):
+    with pytest.raises(AccuracyInputError, match=r"cannot build a tensor|over the limit"):
         load_array(path)
 
 

@@ -170,9 +170,11 @@ def load_waivers(path: str | Path) -> tuple[Waiver, ...]:
     """Read a waivers yaml: a list of {pattern, reason, known_divergence?, rel_err?, ...}."""
     import yaml
 
+    from pytest_accuracy.safe_yaml import safe_load
+
     file = Path(path)
     try:
-        doc = yaml.safe_load(file.read_text(encoding="utf-8"))
+        doc = safe_load(file.read_text(encoding="utf-8"), file)
     except (OSError, yaml.YAMLError) as exc:
         raise AccuracyInputError(file, f"cannot read waivers: {exc}") from exc
     entries = doc.get("waivers", doc) if isinstance(doc, dict) else doc

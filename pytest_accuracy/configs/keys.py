@@ -12,6 +12,7 @@ import yaml
 
 from pytest_accuracy.configs.values import truthy
 from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.safe_yaml import safe_load
 
 Flavour = Literal["mindformers", "megatron"]
 FLAVOURS: tuple[Flavour, ...] = ("mindformers", "megatron")
@@ -267,7 +268,7 @@ def _known_megatron_names() -> frozenset[str]:
 
 def _load_table(path: Path) -> KeyTable:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = safe_load(path.read_text(encoding="utf-8"), path)
     except (OSError, yaml.YAMLError) as exc:
         raise AccuracyInputError(path, f"cannot load the config key table: {exc}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("keys"), dict):

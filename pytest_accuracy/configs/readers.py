@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from collections.abc import Mapping
@@ -12,6 +13,9 @@ import yaml
 
 from pytest_accuracy.configs.keys import config_flavour, megatron_name
 from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.limits import CONFIG_ROOT_ENV
+from pytest_accuracy.safe_yaml import safe_load
+from pytest_accuracy.text import printable
 
 # Megatron prints `  num_layers ........................ 32` between these markers.
 _DUMP_LINE = re.compile(r"(?:^|\s)([A-Za-z_]\w*) \.{3,} (.*?)\s*$")
@@ -61,7 +65,7 @@ def read_config(path: str | Path) -> dict[str, object]:
             file, "neither a MindFormers config nor Megatron arguments (no known key found)"
         )
     if flavour == "mindformers":
-        return _merge_base_configs(file, cfg, 0)
+        return _merge_base_configs(file, cfg, 0, _base_root(file))
     return _flatten_megatron(cfg)
 
 
@@ -90,7 +94,7 @@ def _sniff(file: Path, text: str) -> str:
 def _load_mapping(file: Path, text: str, kind: str) -> dict[str, object]:
     try:
         # safe_load only: configs come from other machines; !!python/object tags are refused.
-        data = json.loads(text) if kind == "json" else yaml.safe_load(text)
+        data = json.loads(text) if kind == "json" else safe_load(text, file)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         what = "JSON" if kind == "json" else "YAML (python tags are refused)"
         raise AccuracyInputError(file, f"not valid {what}: {_one_line(exc)}") from exc
@@ -103,7 +107,9 @@ def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())
 
 
-def _merge_base_configs(file: Path, cfg: dict[str, object], depth: int) -> dict[str, object]:
+def _merge_base_configs(
+    file: Path, cfg: dict[str, object], depth: int, root: Path
+) -> dict[str, object]:
     """Apply MindFormers `base_config` inheritance: bases first, this file's values on top."""
     bases = cfg.pop("base_config", None)
     if not bases:
@@ -112,12 +118,38 @@ def _merge_base_configs(file: Path, cfg: dict[str, object], depth: int) -> dict[
         raise AccuracyInputError(file, "base_config nests too deep (a cycle?)")
     merged: dict[str, object] = {}
     for base in [bases] if isinstance(bases, str) else list(bases):  # type: ignore[call-overload]
-        base_file = file.parent / str(base)
-        if not base_file.is_file():
-            raise AccuracyInputError(file, f"base_config {base!r} not found at {base_file}")
+        base_file = _confined_base(file, str(base), root)
         base_cfg = _load_mapping(base_file, _read_text(base_file), "yaml")
-        merged = _deep_merge(merged, _merge_base_configs(base_file, base_cfg, depth + 1))
+        merged = _deep_merge(merged, _merge_base_configs(base_file, base_cfg, depth + 1, root))
     return _deep_merge(merged, cfg)
+
+
+def _base_root(file: Path) -> Path:
+    """The tree base_config files may come from: ACC_CONFIG_ROOT, else the config's directory."""
+    allowed = os.environ.get(CONFIG_ROOT_ENV)
+    return Path(allowed).resolve() if allowed else file.resolve().parent
+
+
+def _confined_base(file: Path, base: str, root: Path) -> Path:
+    """``file``'s base_config ``base``, refused when it resolves outside ``root``.
+
+    A config is input from another machine: `base_config: /etc/passwd` or `../../x` must not
+    make us read (and echo keys or YAML errors of) files outside the config's own tree.
+    """
+    shown = printable(base, 200)
+    try:
+        base_file = (file.parent / base).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise AccuracyInputError(file, f"base_config {shown!r} cannot be resolved: {exc}") from None
+    if not base_file.is_relative_to(root):
+        raise AccuracyInputError(
+            file,
+            f"base_config {shown!r} is outside the config's directory {root} "
+            f"(set {CONFIG_ROOT_ENV} to a directory that holds both to allow it)",
+        )
+    if not base_file.is_file():
+        raise AccuracyInputError(file, f"base_config {shown!r} not found at {base_file}")
+    return base_file
 
 
 def _deep_merge(base: Mapping[str, object], top: Mapping[str, object]) -> dict[str, object]:
@@ -159,8 +191,8 @@ def parse_args_dump(text: str) -> dict[str, object]:
 def _dump_value(text: str) -> object:
     if text[:1] in "[{(":
         try:
-            return yaml.safe_load(text.replace("(", "[").replace(")", "]"))
-        except yaml.YAMLError:
+            return safe_load(text.replace("(", "[").replace(")", "]"), "arguments")
+        except (yaml.YAMLError, AccuracyInputError):
             return text
     return _scalar(text)
 

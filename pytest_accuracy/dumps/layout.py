@@ -46,9 +46,11 @@ def load_dumps(
     from pytest_accuracy.dumps.msprobe import read_dump
 
     dumps: dict[tuple[int, int], Dump] = {}
+    # Data files must stay inside the directory the user named, symlinks resolved.
+    confine = (root if root.is_dir() else root.parent).resolve()
     for step, rank, dump_json in found:
         if (step_set is None or step in step_set) and (rank_set is None or rank in rank_set):
-            dumps[(step, rank)] = read_dump(dump_json, step=step, rank=rank)
+            dumps[(step, rank)] = read_dump(dump_json, step=step, rank=rank, confine=confine)
     return DumpSet(root=root, dumps=dumps)
 
 

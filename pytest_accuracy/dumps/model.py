@@ -87,6 +87,7 @@ class TensorRecord:
     data_root: Path | None = None  # the directory every data file must stay inside
     data_name: str | None = None  # file name as written in dump.json, resolved only on load
     dump_json: Path | None = None  # the dump.json this record came from, for error messages
+    confine: Path | None = None  # the dump directory the user named: data_root must resolve in it
 
     @property
     def has_data(self) -> bool:
@@ -104,7 +105,7 @@ class TensorRecord:
         if self.data_root is None or not self.data_name:
             where = self.dump_json or "dump"
             raise AccuracyInputError(where, f"{self.path} has no tensor data (not a tensor dump)")
-        return load_array(resolve_data_path(self.data_root, self.data_name))
+        return load_array(resolve_data_path(self.data_root, self.data_name, self.confine))
 
     @property
     def numel(self) -> int:

@@ -20,6 +20,8 @@ from pytest_accuracy.dumps.model import (
     canonical_dtype,
 )
 from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.limits import limit, over
+from pytest_accuracy.text import brief
 
 _TENSOR_TYPES = {
     "torch.Tensor",
@@ -33,15 +35,24 @@ _DIRECTIONS: dict[str, Direction] = {"forward": "forward", "backward": "backward
 
 
 def read_json(path: Path) -> Any:
-    """Parse a JSON file, turning every failure into an error that names the file."""
+    """Parse a JSON file, turning every failure into an error that names the file.
+
+    Within the limits (file size, digits of a number, nesting the parser can recurse into),
+    since a small hostile file could otherwise take GBs (a 5000-digit integer, 100k brackets).
+    """
     try:
+        if (size := path.stat().st_size) > limit("json_bytes"):
+            raise AccuracyInputError(path, f"file size: {over('json_bytes', size)}")
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise AccuracyInputError(path, f"cannot read file ({exc.strerror or exc})") from exc
     except UnicodeDecodeError as exc:
         raise AccuracyInputError(path, "not UTF-8 text; is this really a JSON file?") from exc
+    number = _NumberParser(path)
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=number.integer, parse_float=number.real)
+    except RecursionError:
+        raise AccuracyInputError(path, "JSON nests too deep to read") from None
     except json.JSONDecodeError as exc:
         hint = "; the file looks truncated" if exc.pos >= len(text.rstrip()) - 1 else ""
         raise AccuracyInputError(
@@ -49,7 +60,27 @@ def read_json(path: Path) -> Any:
         ) from exc
 
 
-def read_dump(dump_json: Path, *, step: int, rank: int) -> Dump:
+class _NumberParser:
+    """json.loads hooks that refuse absurdly long numbers before converting them."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _check(self, text: str) -> None:
+        if len(text) > limit("json_number_chars"):
+            problem = f"a number of {over('json_number_chars', len(text))}: {text[:20]}..."
+            raise AccuracyInputError(self.path, problem)
+
+    def integer(self, text: str) -> int:
+        self._check(text)
+        return int(text)
+
+    def real(self, text: str) -> float:
+        self._check(text)
+        return float(text)  # 1e400 is inf, as msprobe's own "inf" strings are
+
+
+def read_dump(dump_json: Path, *, step: int, rank: int, confine: Path | None = None) -> Dump:
     """Read one dump.json with the stack.json and construct.json beside it."""
     doc = read_json(dump_json)
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), dict):
@@ -61,12 +92,15 @@ def read_dump(dump_json: Path, *, step: int, rank: int) -> Dump:
     mode = _dump_mode(doc, data)
     stacks = _read_stacks(dump_json.parent / "stack.json")
     parents = _read_construct(dump_json.parent / "construct.json")
-    ctx = _Context(dump_json, data_root if mode == "tensor" else None)
+    ctx = _Context(dump_json, data_root if mode == "tensor" else None, confine)
     calls = []
     for order, (name, record) in enumerate(data.items()):
         if not isinstance(record, dict):
-            raise AccuracyInputError(dump_json, f"node {name!r}: record is not an object")
-        call = _parse_call(name, record, order, ctx)
+            raise AccuracyInputError(dump_json, f"node {brief(name)}: record is not an object")
+        try:
+            call = _parse_call(name, record, order, ctx)
+        except RecursionError:
+            raise AccuracyInputError(dump_json, f"node {brief(name)}: nests too deep") from None
         call.parent = parents.get(name)
         call.stack = stacks.get(name, ())
         calls.append(call)
@@ -119,9 +153,10 @@ def _read_construct(path: Path) -> dict[str, str | None]:
 class _Context:
     """What every record of one dump.json needs to know while being parsed."""
 
-    def __init__(self, dump_json: Path, data_root: Path | None) -> None:
+    def __init__(self, dump_json: Path, data_root: Path | None, confine: Path | None) -> None:
         self.dump_json = dump_json
         self.data_root = data_root
+        self.confine = confine
 
 
 def parse_node_name(name: str) -> tuple[CallKind, Direction, str, str, int]:
@@ -184,7 +219,7 @@ def _flatten(value: Any, path: str, role: Role, ctx: _Context, node: str) -> lis
             out += _flatten(item, f"{path}.{i}", role, ctx, node)
         return out
     if not isinstance(value, dict):
-        raise AccuracyInputError(ctx.dump_json, f"node {node!r}: unexpected value at {path}")
+        raise AccuracyInputError(ctx.dump_json, f"node {brief(node)}: unexpected value at {path}")
     if _is_tensor(value):
         return [_tensor(value, path, role, ctx, node)]
     if "type" in value:
@@ -217,7 +252,7 @@ def _tensor(value: dict[str, Any], path: str, role: Role, ctx: _Context, node: s
     shape = value.get("shape")
     if not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
         raise AccuracyInputError(
-            ctx.dump_json, f"node {node!r}: {path} has an invalid shape {shape!r}"
+            ctx.dump_json, f"node {brief(node)}: {path} has an invalid shape {shape!r}"
         )
     data_name = value.get("data_name")
     if not isinstance(data_name, str) or data_name in ("", "-1"):
@@ -242,4 +277,5 @@ def _tensor(value: dict[str, Any], path: str, role: Role, ctx: _Context, node: s
         data_root=ctx.data_root if data_name else None,
         data_name=data_name,
         dump_json=ctx.dump_json,
+        confine=ctx.confine,
     )

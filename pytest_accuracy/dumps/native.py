@@ -20,6 +20,7 @@ from pytest_accuracy.dumps.model import (
 )
 from pytest_accuracy.dumps.npy import load_npy
 from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.limits import limit
 
 # {op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}.{input|output}.{slot}.{format}.{dtype}.npy
 _NPY = re.compile(
@@ -90,8 +91,11 @@ def _read_iteration(it_dir: Path) -> list[Call]:
 
 
 def _npy_record(file: Path, it_dir: Path, m: re.Match[str]) -> TensorRecord:
+    from pytest_accuracy.dumps.tensors import resolve_data_path
+
     try:
-        array = load_npy(file, mmap=True)
+        checked = resolve_data_path(it_dir, file.name)  # a planted symlink is not followed out
+        array = load_npy(checked, True, limit("npy_header_bytes"), limit("tensor_bytes"))
     except (OSError, ValueError, EOFError) as exc:
         raise AccuracyInputError(file, f"not a readable .npy file ({exc})") from exc
     stats = Stats()

@@ -26,13 +26,16 @@ _HEADER = re.compile(
 _LOCK = threading.Lock()
 
 
-def load_npy(path: Path, mmap: bool) -> np.ndarray:
+def load_npy(
+    path: Path, mmap: bool, max_header: int = 1 << 16, max_bytes: int = 1 << 62
+) -> np.ndarray:
     """``np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)``, thread-safe.
 
     Raises what ``np.load`` raises for a bad file (``ValueError``, ``OSError``,
-    ``EOFError``), so callers keep their error messages.
+    ``EOFError``), so callers keep their error messages; a header over ``max_header``
+    bytes or data over ``max_bytes`` is a ValueError too.
     """
-    header = _read_header(path)
+    header = _read_header(path, max_header)
     if header is None:
         with _LOCK:
             loaded = np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
@@ -43,6 +46,8 @@ def load_npy(path: Path, mmap: bool) -> np.ndarray:
     if dtype.hasobject:
         raise ValueError("Object arrays cannot be loaded when allow_pickle=False")
     count = math.prod(shape)
+    if count * dtype.itemsize > max_bytes:
+        raise ValueError(f"{count * dtype.itemsize} bytes of data, over the limit {max_bytes}")
     needed = offset + count * dtype.itemsize
     if (size := path.stat().st_size) < needed:
         raise ValueError(f"truncated: {size} bytes, the header describes {needed}")
@@ -55,7 +60,7 @@ def load_npy(path: Path, mmap: bool) -> np.ndarray:
 
 
 def _read_header(
-    path: Path,
+    path: Path, max_header: int
 ) -> tuple[np.dtype[Any], tuple[int, ...], Literal["C", "F"], int] | None:
     """(dtype, shape, order, data offset) of a header numpy wrote; None for any other."""
     with path.open("rb") as f:
@@ -66,6 +71,8 @@ def _read_header(
             return None
         size_bytes = 2 if head[6] == 1 else 4
         length = int.from_bytes(f.read(size_bytes), "little")
+        if length > max_header:  # np.load would read, then ast-parse, all of it
+            raise ValueError(f"header of {length} bytes, over the limit {max_header}")
         text = f.read(length).decode("utf-8" if head[6] == 3 else "latin-1", "replace")
     m = _HEADER.match(text)
     if m is None:

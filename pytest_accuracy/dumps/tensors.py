@@ -10,6 +10,7 @@ import pickle
 import struct
 import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ import numpy as np
 
 from pytest_accuracy.dumps.npy import load_npy
 from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.limits import RUN_BUDGET, limit, over
+from pytest_accuracy.text import brief, printable
 
 __all__ = ["load_array", "resolve_data_path"]
 
@@ -62,7 +65,6 @@ _UNSUPPORTED_TORCH_DTYPES = frozenset(
 )
 
 _MMAP_MIN_BYTES = 1 << 20  # below this, one read() beats setting up a mapping
-_MAX_PICKLE_BYTES = 1 << 20  # a single-tensor data.pkl is ~200 bytes; refuse anything huge
 _ZIP_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, skipped fields, name len, extra len
 _LEGACY_TORCH_MAGIC = b"\x80\x02\x8a\x0a"  # pickle proto 2 + the long magic of pre-1.6 torch.save
 
@@ -71,22 +73,38 @@ class _BadPickle(Exception):
     """The pickle is malformed or asks for something we refuse; the message says what."""
 
 
+class _Sealed:
+    """Base of every object a pickle can reach: BUILD (``__setstate__``) is refused.
+
+    A frozen slots dataclass still accepts ``__setstate__`` (that is how such objects
+    unpickle), so a pickle could BUILD a validated tensor reference into another stride,
+    or poison a shared storage type for every later file.  The unpickler looks this method
+    up before anything else, so raising here stops every BUILD on these objects.
+    """
+
+    __slots__ = ()
+
+    def __setstate__(self, state: object) -> None:
+        what = type(self).__name__.lstrip("_")
+        raise _BadPickle(f"refused BUILD on {what}: a tensor file never sets object state")
+
+
 @dataclass(frozen=True, slots=True)
-class _StorageType:
+class _StorageType(_Sealed):
     """Stand-in for torch.<X>Storage / torch.storage.UntypedStorage (dtype None = bytes)."""
 
     dtype: np.dtype[Any] | None
 
 
 @dataclass(frozen=True, slots=True)
-class _DtypeRef:
+class _DtypeRef(_Sealed):
     """Stand-in for a torch.<dtype> object, as passed to _rebuild_tensor_v3."""
 
     dtype: np.dtype[Any]
 
 
 @dataclass(frozen=True, slots=True)
-class _StorageRef:
+class _StorageRef(_Sealed):
     """A lazy reference to the archive member <prefix>/data/<key>."""
 
     key: str
@@ -95,7 +113,7 @@ class _StorageRef:
 
 
 @dataclass(frozen=True, slots=True)
-class _TensorRef:
+class _TensorRef(_Sealed):
     """What the pickle describes: a strided view of one storage."""
 
     storage: _StorageRef
@@ -105,12 +123,18 @@ class _TensorRef:
     dtype: np.dtype[Any]
 
 
+# dataclass(frozen=True, slots=True) installs its own __setstate__ on each class (it is how
+# such objects unpickle), hiding the base's: put the refusing one back on every stand-in.
+for _cls in (_StorageType, _DtypeRef, _StorageRef, _TensorRef):
+    _cls.__setstate__ = _Sealed.__setstate__  # type: ignore[method-assign]
+
+
 def _int_tuple(value: object, what: str) -> tuple[int, ...]:
     if not isinstance(value, tuple) or len(value) > 64:
-        raise _BadPickle(f"tensor {what} is not a tuple of at most 64 ints: {value!r:.80}")
+        raise _BadPickle(f"tensor {what} is not a tuple of at most 64 ints: {brief(value)}")
     for item in value:
         if type(item) is not int or not 0 <= item < 1 << 62:
-            raise _BadPickle(f"tensor {what} has an invalid entry: {item!r:.80}")
+            raise _BadPickle(f"tensor {what} has an invalid entry: {brief(item)}")
     return value
 
 
@@ -118,7 +142,7 @@ def _tensor_ref(storage: object, offset: object, size: object, stride: object) -
     if not isinstance(storage, _StorageRef):
         raise _BadPickle("tensor storage is not a persistent storage reference")
     if type(offset) is not int or not 0 <= offset < 1 << 62:
-        raise _BadPickle(f"invalid storage offset {offset!r:.80}")
+        raise _BadPickle(f"invalid storage offset {brief(offset)}")
     shape, strides = _int_tuple(size, "size"), _int_tuple(stride, "stride")
     if len(shape) != len(strides):
         raise _BadPickle(f"tensor size {shape} and stride {strides} differ in length")
@@ -163,12 +187,29 @@ def _empty_hooks() -> dict[object, object]:
     return {}
 
 
+class _Call(_Sealed):
+    """A rebuild function as a pickle sees it: callable, never BUILD-able (a bare function's
+    ``__dict__`` and ``__defaults__`` could be set by BUILD and outlive the file)."""
+
+    __slots__ = ("_fn",)
+    _fn: Callable[..., object]
+
+    def __init__(self, fn: Callable[..., object]) -> None:
+        object.__setattr__(self, "_fn", fn)
+
+    def __call__(self, *args: object) -> object:
+        return self._fn(*args)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise _BadPickle("refused to modify a rebuild function")
+
+
 _SAFE_GLOBALS: dict[str, object] = {
-    "torch._utils._rebuild_tensor": _rebuild_tensor,
-    "torch._utils._rebuild_tensor_v2": _rebuild_tensor_v2,
-    "torch._utils._rebuild_tensor_v3": _rebuild_tensor_v3,
-    "torch._utils._rebuild_parameter": _rebuild_parameter,
-    "collections.OrderedDict": _empty_hooks,
+    "torch._utils._rebuild_tensor": _Call(_rebuild_tensor),
+    "torch._utils._rebuild_tensor_v2": _Call(_rebuild_tensor_v2),
+    "torch._utils._rebuild_tensor_v3": _Call(_rebuild_tensor_v3),
+    "torch._utils._rebuild_parameter": _Call(_rebuild_parameter),
+    "collections.OrderedDict": _Call(_empty_hooks),
     "torch.storage.UntypedStorage": _StorageType(None),
     "torch.UntypedStorage": _StorageType(None),
     **{f"torch.{cls}": _StorageType(_TORCH_DTYPES[dt]) for cls, dt in _STORAGE_DTYPES.items()},
@@ -196,42 +237,54 @@ class _TensorUnpickler(pickle.Unpickler):
 
     def persistent_load(self, pid: Any) -> _StorageRef:
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
-            raise _BadPickle(f"unexpected persistent id {pid!r:.80}")
+            raise _BadPickle(f"unexpected persistent id {brief(pid)}")
         _, storage_type, key, _location, numel = pid
         if not isinstance(storage_type, _StorageType):
-            raise _BadPickle(f"persistent id names no storage type: {storage_type!r:.80}")
+            raise _BadPickle(f"persistent id names no storage type: {brief(storage_type)}")
         if not isinstance(key, str) or not key.isalnum():
-            raise _BadPickle(f"invalid storage key {key!r:.80}")
+            raise _BadPickle(f"invalid storage key {brief(key)}")
         if type(numel) is not int or not 0 <= numel < 1 << 62:
-            raise _BadPickle(f"invalid storage size {numel!r:.80}")
+            raise _BadPickle(f"invalid storage size {brief(numel)}")
         dtype = storage_type.dtype
         # Typed storages count elements, UntypedStorage counts bytes.
         nbytes = numel * dtype.itemsize if dtype is not None else numel
         return _StorageRef(key, dtype, nbytes)
 
 
-def resolve_data_path(root: Path, data_name: str) -> Path:
+def resolve_data_path(root: Path, data_name: str, within: Path | None = None) -> Path:
     """``root/data_name`` with symlinks resolved, refused unless it stays inside ``root``.
 
     dump.json is input like any other: a data_name such as ``../../etc/passwd`` or a
-    symlink planted in the dump must not make us read files outside the dump.
+    symlink planted in the dump must not make us read files outside the dump.  ``root``
+    itself (``dump_tensor_data``) may be a planted symlink too, so once resolved it must
+    lie inside ``within``, the dump directory the user named (default: ``root``'s parent).
     """
     if not data_name or "\0" in data_name:
-        raise AccuracyInputError(root, f"invalid data_name {data_name!r}")
+        raise AccuracyInputError(root, f"invalid data_name {brief(data_name)}")
+    if len(data_name) > 4096:
+        raise AccuracyInputError(root, f"data_name of {len(data_name)} characters")
     if Path(data_name).is_absolute() or data_name.startswith(("/", "\\")):
         raise AccuracyInputError(
-            root, f"data_name {data_name!r} is absolute; it must be relative to the dump directory"
+            root,
+            f"data_name {brief(data_name)} is absolute; it must be relative to the dump directory",
         )
     try:
+        outer = Path(within if within is not None else Path(root).absolute().parent).resolve()
         base = Path(root).resolve()
         target = (base / data_name).resolve()
     except (OSError, RuntimeError) as exc:  # symlink loops raise RuntimeError before 3.13
-        raise AccuracyInputError(root, f"cannot resolve data_name {data_name!r}: {exc}") from exc
+        problem = f"cannot resolve data_name {brief(data_name)}: {printable(exc, 300)}"
+        raise AccuracyInputError(root, problem) from None
+    if not base.is_relative_to(outer):
+        raise AccuracyInputError(
+            root, f"the tensor data directory resolves to {base}, outside the dump directory "
+            f"{outer}; data_name {brief(data_name)} is not read")
     if target == base:
-        raise AccuracyInputError(root, f"data_name {data_name!r} names the dump directory itself")
+        problem = f"data_name {brief(data_name)} names the dump directory itself"
+        raise AccuracyInputError(root, problem)
     if not target.is_relative_to(base):
         raise AccuracyInputError(
-            target, f"data_name {data_name!r} points outside the dump directory {base}"
+            target, f"data_name {brief(data_name)} points outside the dump directory {base}"
         )
     return target
 
@@ -247,17 +300,22 @@ def load_array(path: Path, *, mmap: bool = True) -> np.ndarray:
     suffix = path.suffix.lower()
     if suffix not in (".npy", ".pt"):
         raise AccuracyInputError(path, f"unsupported tensor file type {path.suffix!r} (.npy, .pt)")
-    if not path.exists():
-        raise AccuracyInputError(path, "tensor file not found")
-    if not path.is_file():
-        raise AccuracyInputError(path, "tensor path is not a regular file")
-    return _load_npy(path, mmap) if suffix == ".npy" else _load_pt(path, mmap)
+    try:
+        if not path.exists():
+            raise AccuracyInputError(path, "tensor file not found")
+        if not path.is_file():
+            raise AccuracyInputError(path, "tensor path is not a regular file")
+        array = _load_npy(path, mmap) if suffix == ".npy" else _load_pt(path, mmap)
+    except OSError as exc:  # ENAMETOOLONG, EACCES, ... from the path itself
+        raise AccuracyInputError(path, f"cannot open tensor file: {exc.strerror or exc}") from None
+    RUN_BUDGET.take(path, array.nbytes)
+    return array
 
 
 def _load_npy(path: Path, use_mmap: bool) -> np.ndarray:
     try:
         use_mmap = use_mmap and path.stat().st_size >= _MMAP_MIN_BYTES
-        loaded = load_npy(path, use_mmap)  # np.load, safe in the compare's worker threads
+        loaded = load_npy(path, use_mmap, limit("npy_header_bytes"), limit("tensor_bytes"))
     except ValueError as exc:
         # numpy says "Object arrays cannot be loaded when allow_pickle=False" here.
         raise AccuracyInputError(path, f"not a plain numeric .npy array: {exc}") from exc
@@ -323,9 +381,9 @@ def _record_prefix(archive: zipfile.ZipFile, path: Path) -> str:
 
 def _unpickle_tensor(archive: zipfile.ZipFile, prefix: str, path: Path) -> _TensorRef:
     info = archive.getinfo(f"{prefix}data.pkl")
-    if info.file_size > _MAX_PICKLE_BYTES:
-        raise AccuracyInputError(path, f"data.pkl is {info.file_size} bytes: not a single tensor")
-    data = archive.read(info)
+    if info.file_size > limit("pickle_bytes"):  # a single-tensor data.pkl is ~200 bytes
+        raise AccuracyInputError(path, f"data.pkl size: {over('pickle_bytes', info.file_size)}")
+    data = _read_member(archive, info, path)
     try:
         obj = _TensorUnpickler(io.BytesIO(data)).load()
     except _BadPickle as exc:
@@ -333,21 +391,25 @@ def _unpickle_tensor(archive: zipfile.ZipFile, prefix: str, path: Path) -> _Tens
     except Exception as exc:
         # Hostile or corrupt pickles fail in many ways (TypeError from calling a
         # stand-in with odd arguments, UnpicklingError, EOFError, ...); all are bad input.
-        raise AccuracyInputError(path, f"corrupt data.pkl: {type(exc).__name__}: {exc}") from exc
+        problem = f"corrupt data.pkl: {type(exc).__name__}: {printable(exc, 300)}"
+        raise AccuracyInputError(path, problem) from None
     if not isinstance(obj, _TensorRef):
         raise AccuracyInputError(
             path, f"expected a single saved tensor, found {type(obj).__name__}"
         )
-    return obj
+    return _checked_ref(obj, path)
 
 
 def _byteorder(archive: zipfile.ZipFile, prefix: str, path: Path) -> str:
     # Archives written before torch recorded byte order are little-endian.
     if f"{prefix}byteorder" not in archive.namelist():
         return "little"
-    order = archive.read(f"{prefix}byteorder").decode("ascii", "replace").strip()
+    info = archive.getinfo(f"{prefix}byteorder")
+    if info.file_size > 16:
+        raise AccuracyInputError(path, f"byteorder member is {info.file_size} bytes, not a word")
+    order = _read_member(archive, info, path).decode("ascii", "replace").strip()
     if order not in ("little", "big"):
-        raise AccuracyInputError(path, f"unknown byteorder {order!r}")
+        raise AccuracyInputError(path, f"unknown byteorder {printable(order, 40)!r}")
     return order
 
 
@@ -355,10 +417,14 @@ def _storage_bytes(
     path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, use_mmap: bool
 ) -> np.ndarray:
     """The member's bytes as a uint8 array: a file mapping when stored uncompressed."""
+    if info.file_size > limit("tensor_bytes"):
+        raise AccuracyInputError(
+            path, f"storage {printable(info.filename, 80)!r}: "
+            f"{over('tensor_bytes', info.file_size)}")
     small = info.file_size < _MMAP_MIN_BYTES  # mapping costs more than reading these
     if small or not use_mmap or info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 1:
         # Reading into a bytearray makes the result writable and independent of the file.
-        return np.frombuffer(bytearray(archive.read(info)), dtype=np.uint8)
+        return np.frombuffer(bytearray(_read_member(archive, info, path)), dtype=np.uint8)
     with path.open("rb") as fh:
         fh.seek(info.header_offset)
         header = fh.read(_ZIP_LOCAL_HEADER.size)
@@ -373,6 +439,46 @@ def _storage_bytes(
         mapping = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     # The array keeps the mapping alive; it is unmapped when the last view goes away.
     return np.frombuffer(mapping, dtype=np.uint8, count=info.file_size, offset=start)
+
+
+def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path) -> bytes:
+    """A member's bytes, refused before reading when inflating it could exhaust memory.
+
+    torch.save stores members uncompressed; a compressed one is at most ``inflate_bytes``
+    (the central directory's size bounds what zipfile decompresses), and only deflate.
+    """
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        raise AccuracyInputError(
+            path, f"member {printable(info.filename, 80)!r} uses compression {info.compress_type}"
+            " (torch.save stores members; only stored or deflated ones are read)")
+    if info.compress_type != zipfile.ZIP_STORED and info.file_size > limit("inflate_bytes"):
+        raise AccuracyInputError(
+            path, f"compressed member {printable(info.filename, 80)!r} inflates to "
+            f"{over('inflate_bytes', info.file_size)}")
+    return archive.read(info)
+
+
+def _checked_ref(obj: _TensorRef, path: Path) -> _TensorRef:
+    """The tensor reference checked again once the pickle has finished (nothing trusted from
+    the time it was built): field types, sizes, strides and the declared storage size."""
+    storage = obj.storage
+    if (
+        type(obj) is not _TensorRef or type(storage) is not _StorageRef
+        or not isinstance(obj.dtype, np.dtype) or obj.dtype != storage.dtype
+        or obj.dtype not in set(_TORCH_DTYPES.values())
+        or type(storage.nbytes) is not int or not 0 <= storage.nbytes < 1 << 62
+        or not isinstance(storage.key, str) or not storage.key.isalnum()
+    ):
+        raise AccuracyInputError(path, "data.pkl describes an invalid tensor reference")
+    try:
+        checked = _tensor_ref(storage, obj.offset, obj.size, obj.stride)
+    except _BadPickle as exc:
+        raise AccuracyInputError(path, str(exc)) from None
+    nbytes = math.prod(checked.size) * checked.dtype.itemsize
+    if nbytes > limit("tensor_bytes"):
+        raise AccuracyInputError(
+            path, f"tensor of shape {brief(list(checked.size))}: {over('tensor_bytes', nbytes)}")
+    return checked
 
 
 def _build_array(raw: np.ndarray, ref: _TensorRef, byteorder: str, path: Path) -> np.ndarray:
@@ -397,6 +503,11 @@ def _build_array(raw: np.ndarray, ref: _TensorRef, byteorder: str, path: Path) -
         return np.empty(ref.size, dtype=dtype)
     if _is_contiguous(ref.size, ref.stride):
         return elements[ref.offset : ref.offset + numel].reshape(ref.size)
+    copied = numel * dtype.itemsize
+    if copied > raw.size + limit("expand_bytes"):
+        raise AccuracyInputError(
+            path, f"the strides {brief(list(ref.stride))} expand {raw.size} stored bytes to "
+            f"{copied}: {over('expand_bytes', copied - raw.size)}")
     view = np.lib.stride_tricks.as_strided(
         elements[ref.offset :],
         shape=ref.size,

@@ -1,0 +1,33 @@
+"""Text from inputs made safe to print: control characters escaped, length bounded."""
+
+from __future__ import annotations
+
+import re
+import reprlib
+
+from pytest_accuracy.limits import limit
+
+__all__ = ["brief", "printable"]
+
+# C0/C1 controls (ESC starts terminal escape sequences), DEL, and the Unicode bidi overrides.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_REPR = reprlib.Repr()
+_REPR.maxstring = 80
+_REPR.maxother = 80
+_REPR.maxlong = 40
+
+
+def printable(text: object, max_chars: int | None = None) -> str:
+    """``text`` with control characters shown as ``\\x1b``-style escapes, at most ``max_chars``.
+
+    Node names, config keys and file contents come from other machines; printed raw, an
+    escape sequence could rewrite the terminal (hide a failure line, fake a PASSED).
+    """
+    out = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
+    cap = limit("message_chars") if max_chars is None else max_chars
+    return out if len(out) <= cap else out[: max(cap - 3, 0)] + "..."
+
+
+def brief(value: object) -> str:
+    """A short repr of ``value`` built without ever forming the full repr of a huge object."""
+    return printable(_REPR.repr(value), 200)

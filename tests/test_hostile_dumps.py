@@ -1,0 +1,265 @@
+"""Hostile dumps: crafted .pt/.npy/dump.json give named errors, never an outside read or crash."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pytest_accuracy.dumps.layout import load_dumps
+from pytest_accuracy.dumps.msprobe import read_json
+from pytest_accuracy.dumps.tensors import load_array
+from pytest_accuracy.errors import AccuracyInputError
+from tests.helpers import dump
+from tests.test_tensors import _global, _int, _ints, _str, tensor_pickle, write_pt
+
+NODE = "Tensor.__add__.5.forward"
+SECRET = np.arange(6, dtype=np.float32) + 4242.0  # the planted file outside the dump
+
+
+def _float_pt(path: Path, values: np.ndarray) -> Path:
+    pkl = tensor_pickle(size=(values.size,), stride=(1,), numel=values.size)
+    return write_pt(path, pkl, {"0": values.astype("<f4").tobytes()})
+
+
+def _build_after(pkl: bytes, target: bytes, state: bytes) -> bytes:
+    """``pkl`` (ending in STOP) with ``target`` BUILT with ``state`` and popped first."""
+    return pkl[:2] + target + state + b"b0" + pkl[2:]
+
+
+def _slot_state(**fields: bytes) -> bytes:
+    items = b"".join(_str(k) + v for k, v in fields.items())
+    return b"N}(" + items + b"u\x86"  # (None, {slots}): what a slots object's BUILD takes
+
+
+# --- BUILD on the stand-ins ----------------------------------------------------------------
+
+
+def test_build_on_the_tensor_after_validation_is_refused(tmp_path: Path) -> None:
+    # The stride is overwritten after _rebuild_tensor_v2 validated it: an out-of-bounds read.
+    pkl = tensor_pickle(size=(4,), stride=(1,), numel=4)
+    attack = pkl[:-1] + _slot_state(stride=_ints((1 << 40,)), offset=_int(1 << 40)) + b"b."
+    path = write_pt(tmp_path / "t.pt", attack, {"0": b"\0" * 16})
+    with pytest.raises(AccuracyInputError) as err:
+        load_array(path)
+    assert err.value.problem == (
+        "refused BUILD on TensorRef: a tensor file never sets object state"
+    )
+
+
+@pytest.mark.parametrize(
+    ("target", "state", "what"),
+    [
+        (_global("torch.FloatStorage"), _slot_state(dtype=_global("torch.float64")),
+         "StorageType"),
+        (_global("torch.float32"), _slot_state(dtype=_global("torch.int8")), "DtypeRef"),
+        (_global("torch._utils._rebuild_tensor_v2"), b"}" + _str("x") + _int(1) + b"s",
+         "Call"),
+        (_global("collections.OrderedDict"), b"}" + _str("__defaults__") + b")s", "Call"),
+    ],
+    ids=["storage-type", "dtype", "rebuild-function", "hooks-function"],
+)
+def test_build_on_shared_stand_ins_is_refused_and_poisons_nothing(
+    tmp_path: Path, target: bytes, state: bytes, what: str
+) -> None:
+    pkl = tensor_pickle(size=(6,), stride=(1,), numel=6)
+    path = write_pt(tmp_path / "bad.pt", _build_after(pkl, target, state), {"0": b"\0" * 24})
+    with pytest.raises(AccuracyInputError) as err:
+        load_array(path)
+    assert err.value.problem == f"refused BUILD on {what}: a tensor file never sets object state"
+    # A later, honest file of the same process reads exactly its own values.
+    good = _float_pt(tmp_path / "good.pt", SECRET)
+    loaded = load_array(good)
+    assert loaded.dtype == np.float32 and loaded.tolist() == SECRET.tolist()
+
+
+def test_stride_and_offset_checked_after_the_pickle_finished(tmp_path: Path) -> None:
+    pkl = tensor_pickle(size=(4,), stride=(1,), numel=4, offset=1)
+    path = write_pt(tmp_path / "t.pt", pkl, {"0": b"\0" * 16})
+    with pytest.raises(AccuracyInputError, match="storage too small: 4 elements of float32, but "
+                       r"offset 1, shape \[4\] and stride \[1\] need 5"):
+        load_array(path)
+
+
+# --- containment ---------------------------------------------------------------------------
+
+
+def _dump_with_data(root: Path, data_name: str) -> Path:
+    """A minimal one-node msprobe tensor dump under ``root``; returns its rank dir."""
+    rank = root / "step0" / "rank0"
+    (rank / "dump_tensor_data").mkdir(parents=True)
+    record = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [6],
+              "Max": 1.0, "Min": 0.0, "Mean": 0.5, "Norm": 1.0, "data_name": data_name}
+    doc = {"task": "tensor", "level": "L1", "framework": "pytorch",
+           "data": {NODE: {"input_args": [], "output": [record]}}}
+    (rank / "dump.json").write_text(json.dumps(doc))
+    return rank
+
+
+def test_data_root_symlinked_out_of_the_dump_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    _float_pt(outside / "secret.pt", SECRET)
+    root = tmp_path / "dump"
+    rank = _dump_with_data(root, "secret.pt")
+    (rank / "dump_tensor_data").rmdir()
+    (rank / "dump_tensor_data").symlink_to(outside)
+    record = load_dumps(root).dumps[(0, 0)].calls[0].outputs[0]
+    with pytest.raises(AccuracyInputError) as err:
+        record.load()  # type: ignore[union-attr]
+    assert err.value.problem == (
+        f"the tensor data directory resolves to {outside}, outside the dump directory "
+        f"{root.resolve()}; data_name 'secret.pt' is not read"
+    )
+
+
+def test_data_root_symlinked_to_the_filesystem_root_is_refused(tmp_path: Path) -> None:
+    rank = _dump_with_data(tmp_path / "dump", "etc/passwd")
+    (rank / "dump_tensor_data").rmdir()
+    (rank / "dump_tensor_data").symlink_to("/")
+    record = load_dumps(tmp_path / "dump").dumps[(0, 0)].calls[0].outputs[0]
+    with pytest.raises(AccuracyInputError, match="the tensor data directory resolves to /,"):
+        record.load()  # type: ignore[union-attr]
+
+
+def test_overlong_data_name_is_a_named_error(tmp_path: Path) -> None:
+    name = "x" * 300 + ".pt"  # past NAME_MAX: ENAMETOOLONG from the file system
+    _dump_with_data(tmp_path / "dump", name)
+    record = load_dumps(tmp_path / "dump").dumps[(0, 0)].calls[0].outputs[0]
+    with pytest.raises(AccuracyInputError, match=r"cannot (open tensor file|resolve data_name)"):
+        record.load()  # type: ignore[union-attr]
+
+
+def test_native_npy_symlinked_outside_is_not_read(tmp_path: Path) -> None:
+    np.save(tmp_path / "secret.npy", SECRET)
+    it_dir = tmp_path / "native" / "rank_0" / "net" / "0" / "0"
+    it_dir.mkdir(parents=True)
+    name = "MatMul.Default_MatMul-op1.1.1.100.output.0.DefaultFormat.float32.npy"
+    (it_dir / name).symlink_to(tmp_path / "secret.npy")
+    with pytest.raises(AccuracyInputError, match="points outside the dump directory"):
+        load_dumps(tmp_path / "native")
+
+
+# --- unbounded resources -------------------------------------------------------------------
+
+
+def test_compressed_member_past_the_inflate_limit_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACC_MAX_INFLATE_BYTES", str(1 << 20))
+    path = tmp_path / "bomb.pt"
+    numel = (2 << 20) // 4
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("archive/data.pkl", tensor_pickle(size=(numel,), stride=(1,),
+                                                           numel=numel))
+        archive.writestr("archive/data/0", b"\0" * (2 << 20))
+    with pytest.raises(AccuracyInputError) as err:
+        load_array(path)
+    assert err.value.problem == (
+        "compressed member 'archive/data/0' inflates to 2097152 is over the limit 1048576 "
+        "(decompressed bytes of a compressed .pt member; torch.save never compresses; "
+        "ACC_MAX_INFLATE_BYTES raises it)"
+    )
+
+
+def test_stride_zero_expansion_is_bounded(tmp_path: Path) -> None:
+    pkl = tensor_pickle(size=(800_000_000,), stride=(0,), numel=1)
+    path = write_pt(tmp_path / "t.pt", pkl, {"0": b"\0" * 4})
+    with pytest.raises(AccuracyInputError) as err:
+        load_array(path)
+    assert err.value.problem.startswith(
+        "the strides [0] expand 4 stored bytes to 3200000000: 3199999996 is over the limit "
+    )
+
+
+def test_tensor_past_the_size_limit_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACC_MAX_TENSOR_BYTES", "64")
+    path = _float_pt(tmp_path / "t.pt", np.zeros(32, np.float32))
+    with pytest.raises(AccuracyInputError, match=r"tensor of shape \[32\]: 128 is over the limit "
+                       "64 .*ACC_MAX_TENSOR_BYTES raises it"):
+        load_array(path)
+
+
+def test_run_budget_refuses_loads_past_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_accuracy.limits import RUN_BUDGET
+
+    path = _float_pt(tmp_path / "t.pt", np.zeros(32, np.float32))
+    RUN_BUDGET.reset()
+    monkeypatch.setenv("ACC_MAX_RUN_TENSOR_BYTES", "200")
+    load_array(path)
+    with pytest.raises(AccuracyInputError, match="tensor bytes loaded in this run: 256 is over"):
+        load_array(path)
+    RUN_BUDGET.reset()
+
+
+def test_huge_npy_header_is_refused_before_reading_it(tmp_path: Path) -> None:
+    path = tmp_path / "h.npy"
+    with path.open("wb") as fh:
+        fh.write(b"\x93NUMPY\x02\x00" + struct.pack("<I", 50_000_000))
+        fh.truncate(50_000_100)
+    with pytest.raises(AccuracyInputError, match="header of 50000000 bytes, over the limit 65536"):
+        load_array(path)
+
+
+def test_huge_repr_in_a_pickle_error_is_bounded(tmp_path: Path) -> None:
+    # A persistent id that is a 4 MB string: its repr is cut before it is built.
+    big = b"X" + struct.pack("<I", 900_000) + b"a" * 900_000
+    pkl = b"\x80\x02" + big + b"Q."
+    with zipfile.ZipFile(tmp_path / "t.pt", "w") as archive:
+        archive.writestr("archive/data.pkl", pkl)
+    with pytest.raises(AccuracyInputError) as err:
+        load_array(tmp_path / "t.pt")
+    assert err.value.problem.startswith("unexpected persistent id 'aaaa")
+    assert len(err.value.problem) < 300
+
+
+# --- dump.json -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "JSON nests too deep to read"),
+        ('{"a": ' + "9" * 5000 + "}", "a number of 5000 is over the limit 64 (characters of a "
+         "JSON number; ACC_MAX_JSON_NUMBER_CHARS raises it): 99999999999999999999..."),
+    ],
+    ids=["deep", "long-int"],
+)
+def test_hostile_json_is_a_named_error(tmp_path: Path, text: str, problem: str) -> None:
+    path = tmp_path / "dump.json"
+    path.write_text(text)
+    with pytest.raises(AccuracyInputError) as err:
+        read_json(path)
+    assert err.value.problem == problem
+
+
+def test_overflowing_statistic_reads_as_inf(tmp_path: Path) -> None:
+    rank = _dump_with_data(tmp_path / "dump", "x.pt")
+    (rank / "dump.json").write_text((rank / "dump.json").read_text().replace(
+        '"Max": 1.0', '"Max": 1e400'))
+    record = load_dumps(tmp_path / "dump").dumps[(0, 0)].calls[0].outputs[0]
+    assert record.stats.max == float("inf")  # type: ignore[union-attr]
+
+
+def test_plugin_reports_a_symlinked_data_root_without_a_traceback(
+    pytester: pytest.Pytester, copy_dump: Any, tmp_path: Path
+) -> None:
+    npu = copy_dump("pt_bug", "L1_tensor")
+    rank = next((npu / "step0").iterdir())
+    outside = tmp_path / "planted"
+    os.rename(rank / "dump_tensor_data", outside)
+    (rank / "dump_tensor_data").symlink_to(outside)
+    result = pytester.runpytest(f"--acc-npu={npu}", f"--acc-bench={dump('pt_fp32', 'L1_tensor')}",
+                                "-p", "no:cacheprovider", "-k", NODE)
+    out = result.stdout.str()
+    assert "INTERNALERROR" not in out and "Traceback" not in out
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert "the tensor data directory resolves to" in out
