@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_accuracy.compare.criteria import load_waivers
 from pytest_accuracy.configs.readers import read_config
-from pytest_accuracy.criteria import load_waivers
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.naming import load_mapping_yaml
 from pytest_accuracy.safe_yaml import safe_load
