@@ -85,6 +85,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("loss-steps", "window", "loss: inclusive step window 'start:end'"),
     Option("relax-to-bench-noise", "flag", "loss: widen each threshold to the bench runs' spread "
            "(>= 2 bench logs)"),
+    Option("merge", "paths", "merge these --acc-json parts of sharded runs (repeatable) into one "
+           "verdict; collects only accuracy::merge"),
     Option("write-golden", "path", "write the NPU log as a Megatron golden-values JSON here"),
 )
 

@@ -48,6 +48,13 @@ def pytest_configure(config: pytest.Config) -> None:
     validate_options(config)
     config.stash[SELECTED_KEY] = _take_node_ids(config)
     config.stash[STATE_KEY] = make_state(config)
+    from pytest_accuracy.settings import setting
+
+    if setting(config, "merge"):
+        from pytest_accuracy.suite.merge_items import MergePlugin
+
+        config.pluginmanager.register(MergePlugin(config), "accuracy-merge")
+        return
     from pytest_accuracy.suite.summary import AccuracyResults
 
     config.pluginmanager.register(AccuracyResults(config), "accuracy-results")

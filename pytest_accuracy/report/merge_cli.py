@@ -1,0 +1,41 @@
+"""Console script ``pytest-accuracy-merge``: merge sharded --acc-json parts without pytest."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.report.document import write_html, write_json
+from pytest_accuracy.report.merge import merge_files, summary_lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Exit 0 when the merged verdict passes, 1 when it fails, 2 on unusable parts."""
+    parser = argparse.ArgumentParser(
+        prog="pytest-accuracy-merge",
+        description="Merge the --acc-json documents of runs sharded with --acc-ranks / "
+                    "--acc-steps-select into one verdict, first divergence and per-rank table.")
+    parser.add_argument("parts", nargs="+", type=Path, help="the parts' JSON documents")
+    parser.add_argument("-o", "--output", type=Path, help="write the merged JSON document here")
+    parser.add_argument("--report", type=Path, help="write the merged HTML page to this folder")
+    args = parser.parse_args(argv)
+    try:
+        doc = merge_files(args.parts)
+    except AccuracyInputError as exc:
+        print(f"pytest-accuracy-merge: {exc}", file=sys.stderr)
+        return 2
+    for line in summary_lines(doc):
+        print(line)
+    if args.output:
+        write_json(doc, args.output)
+    if args.report:
+        args.report.mkdir(parents=True, exist_ok=True)
+        write_html(doc, args.report, [])
+    return 0 if doc["verdict"] == "pass" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
