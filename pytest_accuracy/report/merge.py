@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,13 +38,10 @@ class Part:
 
 def load_part(path: str | Path) -> Part:
     """Read one part; a file that is not a document of this version is an error naming it."""
+    from pytest_accuracy.dumps.msprobe import read_json  # size and number limits, as dumps
+
     file = Path(path)
-    try:
-        doc = json.loads(file.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise AccuracyInputError(file, f"cannot read the part: {exc.strerror or exc}") from exc
-    except ValueError as exc:
-        raise AccuracyInputError(file, f"not a JSON document: {exc}") from exc
+    doc = read_json(file)
     if not isinstance(doc, dict) or "version" not in doc or "verdict" not in doc:
         raise AccuracyInputError(file, "not a pytest-accuracy --acc-json document "
                                        "(no version or verdict)")
