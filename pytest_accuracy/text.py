@@ -7,7 +7,7 @@ import reprlib
 
 from pytest_accuracy.limits import limit
 
-__all__ = ["brief", "printable"]
+__all__ = ["brief", "escape_controls", "printable"]
 
 # C0/C1 controls (ESC starts terminal escape sequences), DEL, and the Unicode bidi overrides.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -17,13 +17,22 @@ _REPR.maxother = 80
 _REPR.maxlong = 40
 
 
-def printable(text: object, max_chars: int | None = None) -> str:
-    """``text`` with control characters shown as ``\\x1b``-style escapes, at most ``max_chars``.
+def escape_controls(text: object) -> str:
+    """``text`` with control characters (but newline and tab) shown as ``\\x1b``-style escapes.
 
     Node names, config keys and file contents come from other machines; printed raw, an
     escape sequence could rewrite the terminal (hide a failure line, fake a PASSED).
     """
-    out = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
+    return _CONTROL.sub(_escape, str(text))
+
+
+def _escape(m: re.Match[str]) -> str:
+    return m.group().encode("unicode_escape").decode("ascii")
+
+
+def printable(text: object, max_chars: int | None = None) -> str:
+    """``escape_controls(text)`` cut to ``max_chars`` (default: the ``message_chars`` limit)."""
+    out = escape_controls(text)
     cap = limit("message_chars") if max_chars is None else max_chars
     return out if len(out) <= cap else out[: max(cap - 3, 0)] + "..."
 

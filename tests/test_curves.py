@@ -29,16 +29,23 @@ EXAMPLES = Path(__file__).parent.parent / "example_data" / "logs"
 
 
 def table(
-    name: str, loss: list[float], grad: list[float] | None = None, start: int = 1
+    name: str,
+    loss: list[float],
+    grad: list[float] | None = None,
+    start: int = 1,
+    skipped: list[bool] | None = None,
 ) -> LogTable:
     steps = np.arange(start, start + len(loss))
     cols = {"loss": np.array(loss, dtype=float)}
     if grad is not None:
         cols["grad_norm"] = np.array(grad, dtype=float)
-    return finish(Path(name), "test", steps, cols)
+    flags = None if skipped is None else np.array(skipped)
+    return finish(Path(name), "test", steps, cols, flags)
 
 
-NPU = table("npu.log", [2.0, 1.5, 1.2, float("nan"), 1.0], [10, 11, 10, 1, 10.5])
+# Step 4 is NaN on the NPU and the trainer marked it skipped (loss-scale overflow).
+NPU = table("npu.log", [2.0, 1.5, 1.2, float("nan"), 1.0], [10, 11, 10, 1, 10.5],
+            skipped=[False, False, False, True, False])
 BENCH = table("bench.log", [2.004, 1.49, 1.21, 1.1, 1.0], [10, 10, 10, 1, 10])
 
 
@@ -71,9 +78,9 @@ def test_first_loss_either_limit_and_message() -> None:
     )
 
 
-def test_mean_loss_formula_skips_nan_steps() -> None:
+def test_mean_loss_formula_excludes_steps_the_trainer_skipped() -> None:
     r = check_mean_loss(NPU, BENCH)
-    # d = [-0.004, 0.01, -0.01, 0] on steps 1, 2, 3, 5; step 4 is NaN on the NPU
+    # d = [-0.004, 0.01, -0.01, 0] on steps 1, 2, 3, 5; step 4 is skipped on the NPU
     assert r.measured["steps"] == 4 and r.measured["skipped"] == 1
     assert r.measured["mean_abs"] == pytest.approx(0.006)
     rel = (0.004 / 2.004 + 0.01 / 1.49 + 0.01 / 1.21 + 0.0) / 4
@@ -112,12 +119,52 @@ def test_no_steps_in_common_is_a_clear_error() -> None:
     )
 
 
-def test_all_nan_npu_never_crashes() -> None:
+def test_all_nan_npu_fails_naming_the_first_step() -> None:
     npu = table("npu.log", [float("nan")] * 5)
     report = evaluate(npu, [BENCH])
-    assert report.status == "skip" and report.steps_skipped == 5
-    assert {c.status for c in report.checks} == {"skip"}
-    json.dumps(report.to_dict())
+    assert report.status == "fail" and report.steps_skipped == 5
+    mean = report.check("mean_loss")
+    assert mean.status == "fail" and mean.measured["first_nonfinite_step"] == 1
+    assert mean.message == (
+        "NPU loss is nan at step 1 (and on 4 later step(s)) where the bench is finite (2.004): "
+        "a non-finite loss is an overflow or a divergence, never a dropped step (steps the "
+        "trainer itself skipped are excluded)."
+    )
+    assert json.loads(json.dumps(report.to_dict()))["status"] == "fail"
+
+
+def test_loss_turning_nan_fails_at_that_step() -> None:
+    loss = list(2.0 - np.arange(300) / 1000)
+    npu = table("npu.log", [*loss[:100], *[float("nan")] * 200])
+    r = check_mean_loss(npu, table("bench.log", loss))
+    assert r.status == "fail" and r.worst_steps == (101, 102, 103, 104, 105)
+    assert r.message.startswith("NPU loss is nan at step 101 (and on 199 later step(s))")
+
+
+def test_inf_grad_norm_fails_unless_the_bench_has_it_too() -> None:
+    grads = [1.0, 1.1, 1.2, 1.3]
+    npu = table("n", [2.0] * 4, [1.0, float("inf"), 1.2, 1.3])
+    r = check_grad_norm(npu, table("b", [2.0] * 4, grads))
+    assert r.status == "fail" and r.measured["first_nonfinite_step"] == 2
+    assert r.message.startswith("NPU grad norm is inf at step 2 where the bench is finite (1.1)")
+    same = check_grad_norm(npu, table("b", [2.0] * 4, [1.0, float("inf"), 1.2, 1.3]))
+    assert same.status == "pass"
+
+
+def test_nan_loss_on_the_same_bench_step_is_excluded() -> None:
+    npu = table("n", [2.0, float("nan"), 1.9])
+    r = check_mean_loss(npu, table("b", [2.0, float("nan"), 1.9]))
+    assert r.status == "pass" and r.measured["skipped"] == 1
+
+
+def test_mostly_unparseable_series_is_an_input_error() -> None:
+    with pytest.raises(AccuracyInputError) as err:
+        finish(Path("x.log"), "megatron", np.arange(300), {"loss": np.full(300, np.nan)},
+               notes=["280 unparseable value(s) read as NaN"])
+    assert err.value.problem == (
+        "280 unparseable values in 300 megatron step records: the log cannot be read reliably "
+        "(are the numbers cut off or in another locale?)"
+    )
 
 
 def test_zero_centred_noise_passes_offset_fails() -> None:

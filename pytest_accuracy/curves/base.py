@@ -63,6 +63,9 @@ class Paired:
     npu: np.ndarray
     bench: np.ndarray
     skipped: int
+    #: NPU steps with a NaN/Inf value the trainer did not skip, where the bench is finite:
+    #: (step, NPU value, bench value), in step order.
+    nonfinite: tuple[tuple[int, float, float], ...] = ()
 
     @property
     def d(self) -> np.ndarray:
@@ -93,7 +96,31 @@ def pair(
         | ~np.isfinite(y)
     )
     keep = ~bad
-    return Paired(common.to_numpy(np.int64)[keep], x[keep], y[keep], int(bad.sum()))
+    steps = common.to_numpy(np.int64)
+    flagged = npu.nonfinite.get(column, {})
+    bench_ok = np.isfinite(y) & ~b["skipped"].to_numpy(bool)
+    culprits = tuple(
+        (int(t), flagged[int(t)], float(v))
+        for t, v, ok in zip(steps, y, bench_ok, strict=True) if ok and int(t) in flagged
+    ) if flagged else ()
+    return Paired(steps[keep], x[keep], y[keep], int(bad.sum()), culprits)
+
+
+def nonfinite_failure(name: str, what: str, p: Paired) -> CheckResult | None:
+    """The failure for a NaN/Inf NPU value where the bench is finite (the overflow check)."""
+    if not p.nonfinite:
+        return None
+    step, value, bench = p.nonfinite[0]
+    more = f" (and on {len(p.nonfinite) - 1} later step(s))" if len(p.nonfinite) > 1 else ""
+    message = (
+        f"NPU {what} is {_fmt(value)} at step {step}{more} where the bench is finite "
+        f"({_fmt(bench)}): a non-finite {what} is an overflow or a divergence, never a dropped "
+        "step (steps the trainer itself skipped are excluded)."
+    )
+    return CheckResult(
+        name, "fail", {"first_nonfinite_step": step, "nonfinite_steps": len(p.nonfinite)},
+        {}, tuple(t for t, _, _ in p.nonfinite[:5]), message,
+    )
 
 
 def _col(frame: pd.DataFrame, column: str) -> np.ndarray:

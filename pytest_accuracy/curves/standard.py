@@ -12,6 +12,7 @@ from pytest_accuracy.curves.base import (
     LossCriteria,
     _fmt,
     _skip,
+    nonfinite_failure,
     pair,
 )
 from pytest_accuracy.logs.table import LogTable
@@ -50,6 +51,8 @@ def check_mean_loss(
 ) -> CheckResult:
     """Passes if ``mean|d| < mean_abs`` or ``mean(|d|/|bench|) < mean_rel``."""
     p = pair(npu, bench, criteria.loss_column, criteria)
+    if failed := nonfinite_failure("mean_loss", "loss", p):
+        return failed
     if not len(p.steps):
         return _skip("mean_loss", f"all {p.skipped} common steps are skipped in one run")
     ad = np.abs(p.d)
@@ -84,6 +87,8 @@ def check_grad_norm(
         if not np.isfinite(t.frame["grad_norm"].to_numpy(np.float64)).any():
             return _skip("grad_norm", f"no grad norm in {t.path}")
     p = pair(npu, bench, "grad_norm", criteria)
+    if failed := nonfinite_failure("grad_norm", "grad norm", p):
+        return failed
     nz = p.bench != 0
     if not nz.any():
         return _skip("grad_norm", "no step with a finite, non-zero bench grad norm")

@@ -34,7 +34,9 @@ _HEAD = 1 << 16
 _MEGATRON = re.compile(rb"iteration +\d+/ *\d+ *\|")
 _TITAN = re.compile(rb"step: *\d+ +loss: *\S")
 _ANSI = re.compile(rb"\x1b\[[0-9;]*m")
-_LOSS_FILE = re.compile(rb"\A(?:#[^\n]*\n|\s*\n)*\d+[ \t,]+[-+0-9.eEnaifN]+\s*\n")
+# Linear time: the blank-line branch may not match "\n" itself (an `\s*\n` inside `(...)*`
+# backtracks exponentially over a few dozen blank lines).
+_LOSS_FILE = re.compile(rb"\A(?:#[^\n]*\n|[ \t\r\f\v]*\n)*\d+[ \t,]+[-+0-9.eEnaifN]+[ \t\r]*\n")
 
 
 def sniff(path: Path, data: bytes) -> str | None:

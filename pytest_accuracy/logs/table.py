@@ -37,6 +37,10 @@ class LogTable:
     frame: pd.DataFrame
     local_norm: pd.DataFrame | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: ``{"loss"|"grad_norm": {step: value}}``: NaN/Inf values on steps the trainer did not
+    #: mark skipped.  The loss column holds NaN there (a dropped row); the curve checks fail
+    #: on these unless the bench is non-finite or skipped on the same step.
+    nonfinite: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
 
     @property
     def steps(self) -> np.ndarray:
@@ -172,8 +176,10 @@ def finish(
     for col in STANDARD_COLUMNS[:-1]:
         if col not in frame:
             frame[col] = np.full(n, np.nan)
+    _refuse_mostly_unparseable(path, fmt, n, notes)
     loss = frame["loss"].to_numpy()
     bad = ~np.isfinite(loss)
+    raw_loss = loss.copy()
     if np.isinf(loss).any():
         frame.loc[np.isinf(loss), "loss"] = np.nan
     flags = np.zeros(n, dtype=bool) if skipped is None else np.asarray(skipped, dtype=bool)
@@ -184,7 +190,8 @@ def finish(
         notes.append(
             f"{int(dup.sum())} repeated step record(s) (restart or resume); kept the last of each"
         )
-        frame = frame[~dup]
+    nonfinite = _nonfinite(frame.index, ~dup, flags, raw_loss, frame["grad_norm"].to_numpy())
+    frame = frame[~dup]
     if not frame.index.is_monotonic_increasing:
         frame = frame.sort_index()
     extra = [c for c in frame.columns if c not in STANDARD_COLUMNS]
@@ -194,7 +201,37 @@ def finish(
     interval = _interval_note(frame.index.to_numpy())
     if interval:
         notes.append(interval)
-    return LogTable(Path(path), fmt, frame, local_norm, tuple(notes))
+    return LogTable(Path(path), fmt, frame, local_norm, tuple(notes), nonfinite)
+
+
+def _nonfinite(
+    steps: pd.Index, kept: np.ndarray, flags: np.ndarray, loss: np.ndarray, grad: np.ndarray
+) -> dict[str, dict[int, float]]:
+    """Non-finite loss / grad-norm values on steps the trainer did not mark skipped.
+
+    A grad norm that is NaN everywhere was never logged (absent key), so grad norms count
+    only in a column with at least one finite value.
+    """
+    out: dict[str, dict[int, float]] = {}
+    for name, values in (("loss", loss), ("grad_norm", grad)):
+        if name == "grad_norm" and not np.isfinite(values).any():
+            continue
+        hit = kept & ~flags & ~np.isfinite(values)
+        if hit.any():
+            out[name] = {int(k): float(v) for k, v in zip(steps[hit], values[hit], strict=True)}
+    return out
+
+
+_UNPARSEABLE = re.compile(r"(\d+) unparseable value")
+
+
+def _refuse_mostly_unparseable(path: Path, fmt: str, n: int, notes: Sequence[str]) -> None:
+    """More unparseable values than steps is a log we cannot read, not a short curve."""
+    bad = sum(int(m.group(1)) for note in notes if (m := _UNPARSEABLE.match(note)))
+    if n and bad * 2 > n:
+        raise AccuracyInputError(
+            path, f"{bad} unparseable values in {n} {fmt} step records: the log cannot be read "
+            "reliably (are the numbers cut off or in another locale?)")
 
 
 def _interval_note(steps: np.ndarray) -> str | None:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.text import escape_controls
 
 RECORD_KEY = pytest.StashKey[dict[str, Any]]()
 
@@ -24,10 +25,11 @@ class AccuracyItem(pytest.Item):
     """Base for generated items: short failure messages, no Python traceback."""
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        # Input-derived text (node names, keys, paths) never reaches the terminal raw.
         if isinstance(excinfo.value, AccuracyError):
-            return "\n".join(excinfo.value.lines)
+            return escape_controls("\n".join(excinfo.value.lines))
         if isinstance(excinfo.value, AccuracyInputError):
-            return f"unreadable input: {excinfo.value}"
+            return escape_controls(f"unreadable input: {excinfo.value}")
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
@@ -41,9 +43,9 @@ class AccuracyGroup(pytest.Collector):
         self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
     ) -> Any:
         if isinstance(excinfo.value, (AccuracyInputError, ImportError)):
-            return f"unreadable input: {excinfo.value}"
+            return escape_controls(f"unreadable input: {excinfo.value}")
         if isinstance(excinfo.value, pytest.UsageError):  # a selection or levels that can't work
-            return str(excinfo.value)
+            return escape_controls(excinfo.value)
         return super().repr_failure(excinfo)
 
 

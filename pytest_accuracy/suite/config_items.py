@@ -10,6 +10,7 @@ import pytest
 
 from pytest_accuracy.settings import path_setting
 from pytest_accuracy.suite import RECORD_KEY, AccuracyError, AccuracyGroup, AccuracyItem
+from pytest_accuracy.text import escape_controls
 
 
 class ConfigGroup(AccuracyGroup):
@@ -46,7 +47,7 @@ class ConfigItem(AccuracyItem):
             "npu_source": f.npu_source, "bench_source": f.bench_source, "summary": f.message,
         }
         if f.status == "skip":
-            pytest.skip(f.message or "set on neither side")
+            pytest.skip(escape_controls(f.message or "set on neither side"))
         if f.status in ("fail", "missing"):
             raise AccuracyError([f.message])
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pytest_accuracy.text import escape_controls
+
 _UNITS = {"loss": "checks", "config": "checklist keys", "precheck": "APIs",
           "gradients": "checks"}
 _FAILED = ("fail", "missing")
@@ -20,7 +22,7 @@ def group_lines(group: str, records: list[dict[str, Any]]) -> list[str]:
     divergence = _divergence_step(records)
     head += f"; the loss curves diverge from step {divergence}." if divergence is not None else ":"
     limit = _MAX_LISTED.get(group, len(failed))
-    lines = [head, *(f"  {_named(r)}" for r in failed[:limit])]
+    lines = [head, *(f"  {escape_controls(_named(r))}" for r in failed[:limit])]
     if len(failed) > limit:
         lines.append(f"  and {len(failed) - limit} more (each is a failed item above).")
     return lines

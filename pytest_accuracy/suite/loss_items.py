@@ -11,6 +11,7 @@ import pytest
 
 from pytest_accuracy.settings import loss_criteria, path_setting, setting
 from pytest_accuracy.suite import RECORD_KEY, AccuracyError, AccuracyGroup, AccuracyItem
+from pytest_accuracy.text import escape_controls
 
 CHECKS = ("first_loss", "mean_loss", "grad_norm", "band", "zero_centred", "divergence")
 
@@ -74,7 +75,7 @@ class LossItem(AccuracyItem):
         if self.check == "first_loss":
             _maybe_write_golden(self.config, group.logs[0])
         if result.status == "skip":
-            pytest.skip(result.message)
+            pytest.skip(escape_controls(result.message))
         if result.status == "fail":
             raise AccuracyError(result.message.splitlines())
 

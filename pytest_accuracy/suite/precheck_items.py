@@ -10,6 +10,7 @@ import pytest
 
 from pytest_accuracy.settings import parse_int_set, path_setting, setting
 from pytest_accuracy.suite import RECORD_KEY, AccuracyError, AccuracyGroup, AccuracyItem
+from pytest_accuracy.text import escape_controls
 
 
 class PrecheckGroup(AccuracyGroup):
@@ -30,7 +31,7 @@ class PrecheckGroup(AccuracyGroup):
         except ValueError as exc:
             raise pytest.UsageError(f"--acc-precheck: {exc}") from exc
         for case in cases:
-            yield PrecheckItem.from_parent(self, name=case.id, case=case)
+            yield PrecheckItem.from_parent(self, name=escape_controls(case.id), case=case)
 
 
 class PrecheckItem(AccuracyItem):
@@ -59,7 +60,7 @@ class PrecheckItem(AccuracyItem):
                        "outputs": [asdict(o) for o in result.outputs]})
         self.stash[RECORD_KEY] = record
         if result.status == "skip":
-            pytest.skip(result.reason)
+            pytest.skip(escape_controls(result.reason))
         if result.status == "fail":
             raise AccuracyError(_failure_lines(result))
 
