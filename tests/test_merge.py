@@ -258,3 +258,30 @@ def test_tp2_against_tp1_bench_is_never_a_silent_pass(pytester: pytest.Pytester)
         "Functional.linear.0.backward", "Distributed.all_reduce.1.forward"]
     assert rank0["Functional.linear.1.forward"] == "fail"
     assert aligned["verdict"] == "fail"
+
+
+def test_a_missing_part_fails_the_merge(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                        ) -> None:
+    a = _doc(tmp_path / "a.json", [_node(0, 0, "x"), _node(1, 0, "x")])
+    b = _doc(tmp_path / "b.json", [_node(0, 1, "x")])  # the part holding step 1 rank 1 is gone
+    doc = merge_files([a, b])
+    assert doc["verdict"] == "fail"
+    assert doc["merge"]["missing"] == [[1, 1]]
+    assert doc["merge"]["fail_reasons"] == [
+        "no part holds step 1 rank 1: a part is missing or its selection matched nothing"]
+    # only the expected shards tell that all of ranks 2-3 went missing
+    c = _doc(tmp_path / "c.json", [_node(1, 1, "x")])
+    assert merge_files([a, b, c])["verdict"] == "pass"
+    assert merge_main([str(a), str(b), str(c), "--ranks=0-3", "--steps=0-1"]) == 1
+    assert "  no part holds step 0 rank 2, step 0 rank 3, step 1 rank 2, step 1 rank 3: " \
+           "a part is missing or its selection matched nothing" in capsys.readouterr().out
+
+
+def test_acc_merge_takes_the_expected_shards_from_the_selection(pytester: pytest.Pytester
+                                                                ) -> None:
+    a = _doc(pytester.path / "a.json", [_node(0, 0, "x")])
+    result = pytester.runpytest(f"--acc-merge={a}", "--acc-ranks=0-1", "-p", "no:cacheprovider")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["  no part holds step 0 rank 1: a part is missing *"])
+    assert pytester.runpytest(f"--acc-merge={a}", "--acc-ranks=0", "-p",
+                              "no:cacheprovider").ret == 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,29 +54,40 @@ def load_part(path: str | Path) -> Part:
     return Part(file, doc)
 
 
-def merge_files(paths: Sequence[str | Path]) -> dict[str, Any]:
+def merge_files(paths: Sequence[str | Path], *, steps: Set[int] | None = None,
+                ranks: Set[int] | None = None) -> dict[str, Any]:
     """The merged document of the parts at ``paths`` (see ``merge_parts``)."""
     if not paths:
         raise AccuracyInputError("--acc-merge", "no parts to merge")
-    return merge_parts([load_part(p) for p in paths])
+    return merge_parts([load_part(p) for p in paths], steps=steps, ranks=ranks)
 
 
-def merge_parts(parts: Sequence[Part]) -> dict[str, Any]:
+def merge_parts(parts: Sequence[Part], *, steps: Set[int] | None = None,
+                ranks: Set[int] | None = None) -> dict[str, Any]:
     """One document: the verdict over all parts, the earliest first divergence, coverage
     summed, every node (in execution order per step and rank) and a per-rank table.
 
     Parts must come from the same inputs and criteria and hold disjoint (step, rank) shards.
+    Every shard of ``steps`` x ``ranks`` (default: every step and rank some part holds)
+    must be in a part, or the merge fails: a CI job whose part went missing never passes.
     """
     _check_same(parts, "inputs")
     _check_same(parts, "criteria")
     _check_disjoint(parts)
     compare = _merged_compare(parts)
+    missing = _missing_shards(parts, steps, ranks)
     reasons = _fail_reasons(parts, compare)
+    if missing:
+        shown = ", ".join(f"step {s} rank {r}" for s, r in missing[:5])
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        reasons.append(f"no part holds {shown}{more}: a part is missing or its selection "
+                       f"matched nothing")
     sections: dict[str, Any] = {"compare": compare}
     for key in sorted({k for p in parts for k in p.doc} - _TOP_KEYS):
         sections[key] = _same_section(parts, key)
     sections["merge"] = {
         "parts": [_part_summary(p) for p in parts],
+        "missing": [list(m) for m in missing],
         "fail_reasons": reasons,
     }
     return build_document(verdict="fail" if reasons else "pass", inputs=parts[0].doc["inputs"],
@@ -116,6 +127,16 @@ def _check_disjoint(parts: Sequence[Part]) -> None:
                                f"shards must not overlap (give each CI job its own --acc-ranks "
                                f"/ --acc-steps-select)")
             owner[shard] = part.path
+
+
+def _missing_shards(parts: Sequence[Part], steps: Set[int] | None, ranks: Set[int] | None
+                    ) -> list[tuple[int, int]]:
+    held = {shard for p in parts for shard in p.shards}
+    if not held and steps is None and ranks is None:
+        return []  # nothing was sharded (no compare section in any part)
+    want_steps = steps if steps is not None else {s for s, _ in held}
+    want_ranks = ranks if ranks is not None else {r for _, r in held}
+    return sorted({(s, r) for s in want_steps for r in want_ranks} - held)
 
 
 def _merged_compare(parts: Sequence[Part]) -> dict[str, Any] | None:

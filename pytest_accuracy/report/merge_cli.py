@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.options import parse_int_set
 from pytest_accuracy.report.document import write_html, write_json
 from pytest_accuracy.report.merge import merge_files, summary_lines
 
@@ -21,9 +22,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("parts", nargs="+", type=Path, help="the parts' JSON documents")
     parser.add_argument("-o", "--output", type=Path, help="write the merged JSON document here")
     parser.add_argument("--report", type=Path, help="write the merged HTML page to this folder")
+    parser.add_argument("--steps", type=_int_set, help="the steps the parts must cover "
+                        "together, e.g. '0-1' (default: every step some part holds)")
+    parser.add_argument("--ranks", type=_int_set, help="the ranks the parts must cover "
+                        "together, e.g. '0-127' (default: every rank some part holds)")
     args = parser.parse_args(argv)
     try:
-        doc = merge_files(args.parts)
+        doc = merge_files(args.parts, steps=args.steps, ranks=args.ranks)
     except AccuracyInputError as exc:
         print(f"pytest-accuracy-merge: {exc}", file=sys.stderr)
         return 2
@@ -35,6 +40,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.report.mkdir(parents=True, exist_ok=True)
         write_html(doc, args.report, [])
     return 0 if doc["verdict"] == "pass" else 1
+
+
+def _int_set(text: str) -> set[int]:
+    try:
+        return parse_int_set(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected e.g. '0,2-4', got {text!r}") from None
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import pytest
 from pytest_accuracy.options import BY_DEST, INPUT_DESTS
 from pytest_accuracy.report.document import write_html, write_json
 from pytest_accuracy.report.merge import TABLE_HEADER, merge_files, summary_lines
-from pytest_accuracy.settings import setting
+from pytest_accuracy.settings import setting, typed_setting
 from pytest_accuracy.suite import AccuracyError, AccuracyGroup, AccuracyItem
 
 _LINES = "accuracy-merge"
@@ -53,7 +53,10 @@ class MergeRoot(AccuracyGroup):
     """Reads the parts: an unusable part is a collection error naming the file."""
 
     def collect(self) -> Iterator[pytest.Item]:
-        doc = merge_files([Path(p) for p in setting(self.config, "merge")])
+        # Under --acc-merge the selection names the shards the parts must cover together.
+        doc = merge_files([Path(p) for p in setting(self.config, "merge")],
+                          steps=typed_setting(self.config, "steps_select"),
+                          ranks=typed_setting(self.config, "ranks"))
         yield MergeItem.from_parent(self, name="merge", doc=doc)
 
 
