@@ -53,7 +53,7 @@ LIMITS: dict[str, Limit] = {
         "ACC_MAX_MESSAGE_CHARS", 2000, "characters of input text quoted in one error message"
     ),
     "precheck_bytes": Limit(
-        "ACC_MAX_PRECHECK_BYTES", 512 << 20,
+        "ACC_MAX_PRECHECK_BYTES", 2 << 30,
         "bytes one precheck replay may allocate: inputs, reference and torch run",
     ),
     "pickle_bytes": Limit("ACC_MAX_PICKLE_BYTES", 1 << 20, "bytes of a .pt file's data.pkl"),

@@ -250,7 +250,9 @@ def _num(value: Any) -> float | None:
 
 def _tensor(value: dict[str, Any], path: str, role: Role, ctx: _Context, node: str) -> TensorRecord:
     shape = value.get("shape")
-    if not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
+    if not isinstance(shape, list) or not all(
+        type(d) is int and 0 <= d < 1 << 62 for d in shape
+    ) or len(shape) > 64:
         raise AccuracyInputError(
             ctx.dump_json, f"node {brief(node)}: {path} has an invalid shape {shape!r}"
         )

@@ -100,6 +100,8 @@ def generate(record: TensorRecord, rng: np.random.Generator) -> np.ndarray:
         raise Unsupported(f"{record.path} has no recorded Max/Min to generate values from")
     if dtype == np.dtype(bool):
         flat = np.asarray(rng.random(count) < 0.5) if high != low else np.full(count, bool(high))
+    elif dtype.kind in "iu" and not (math.isfinite(low) and math.isfinite(high)):
+        raise Unsupported(f"{record.path}: integer tensor with Min {low} / Max {high}")
     elif dtype.kind in "iu":
         flat = rng.integers(int(low), int(high) + 1, size=count).astype(np.float64)
     elif math.isnan(low) or math.isnan(high):

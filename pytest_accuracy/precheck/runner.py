@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from functools import lru_cache
 from typing import Any
 
@@ -11,6 +12,7 @@ import numpy as np
 from pytest_accuracy.dumps.model import Call, Dump, DumpSet, TensorRecord
 from pytest_accuracy.errors import MissingExtraError
 from pytest_accuracy.precheck.args import Bound, Unsupported, rebuild
+from pytest_accuracy.precheck.budget import allocation_over_budget
 from pytest_accuracy.precheck.executors import (
     DeviceJob,
     Executor,
@@ -125,6 +127,8 @@ def run_case(case: PrecheckCase) -> PrecheckResult:
     spec = resolve(case.framework, case.api_name)
     if spec is None or case.forward_call is None:  # plan() gives these a skip_reason
         return _skip(case, no_reference_reason(case.framework, case.api_name))
+    if over_budget := allocation_over_budget(case.api_name, case.forward_call, case.backward_call):
+        return _skip(case, over_budget)
     try:
         executor = _executor(case.device, case.framework, case.mode)
         if case.direction == "forward":
@@ -312,6 +316,10 @@ def _result(case: PrecheckCase, checks: list[OutputCheck], device: str) -> Prech
     failed = [c for c in compared if c.status == "fail"]
     if not compared:
         return _finish(case, "skip", "no output could be compared", tuple(checks), device)
+    if not failed and all(math.prod(c.shape) == 0 for c in compared):
+        # Nothing was measured (e.g. a slice past the end): no metric is never a pass.
+        reason = "every compared output is empty: there is no value to judge"
+        return _finish(case, "skip", reason, tuple(checks), device)
     if failed:
         reason = "; ".join(
             f"{c.name.rsplit('.', 2)[-2]}.{c.name.rsplit('.', 1)[-1]}: {c.message}" for c in failed
