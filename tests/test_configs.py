@@ -97,7 +97,7 @@ def test_example_script_reads_as_megatron_arguments(megatron: dict[str, object])
     assert megatron["add_bias_linear"] is False  # --disable-bias-linear, as argparse stores it
     assert megatron["masked_softmax_fusion"] is False  # --no-masked-softmax-fusion
     assert megatron["nproc_per_node"] == 8
-    assert megatron["data_path"] == "$DATA_PATH"
+    assert megatron["data_path"] == "/data/wiki/llama2_text_document"  # DATA_PATH=... above
 
 
 def test_unmapped_keys_lists_settings_no_canonical_key_reads(

@@ -125,7 +125,8 @@ def _check_key(spec: KeySpec, npu: Side, bench: Side, *, moe: bool, ignored: boo
     variables = _shell_variables(spec, npu, reads[0]) + _shell_variables(spec, bench, reads[1])
     if variables:
         shown = ", ".join(variables)
-        message = f"{head}: {shown} is a shell variable the reader does not expand; check by hand"
+        message = (f"{head}: {shown} is a shell variable set outside the script (only the "
+                   "script's own assignments are expanded); check by hand")
         return _finding(spec, "skip", message, reads)
     if reads[0].found is None and reads[1].found is None:
         return _finding(spec, "skip", f"{head}: set by neither config", reads)

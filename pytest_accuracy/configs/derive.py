@@ -53,11 +53,12 @@ def megatron_ffn_hidden_size(side: Side) -> Found | None:
 
 @register_derive(
     "mf_kv_heads",
-    reads=tuple(M + n for n in ("n_kv_heads", "num_query_groups", "num_heads",
-                                "num_attention_heads")),
+    reads=tuple(M + n for n in ("n_kv_heads", "num_key_value_heads", "num_query_groups",
+                                "num_heads", "num_attention_heads")),
 )  # fmt: skip
 def mf_kv_heads(side: Side) -> Found | None:
-    found = side.first((M + "n_kv_heads", M + "num_query_groups"))
+    # r1.0-r1.3 spell it n_kv_heads, r1.5+ HF-style configs num_key_value_heads.
+    found = side.first((M + "n_kv_heads", M + "num_key_value_heads", M + "num_query_groups"))
     if found is not None:
         return found
     heads = side.first((M + "num_heads", M + "num_attention_heads"))

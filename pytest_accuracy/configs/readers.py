@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from pytest_accuracy.configs.keys import config_flavour, megatron_name
+from pytest_accuracy.configs.shell import expand
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.limits import CONFIG_ROOT_ENV
 from pytest_accuracy.safe_yaml import safe_load
@@ -58,7 +59,7 @@ def read_config(path: str | Path) -> dict[str, object]:
         except ValueError as exc:
             raise AccuracyInputError(file, f"cannot split the command line: {exc}") from exc
     else:
-        cfg = _load_mapping(file, text, kind)
+        cfg = _functional_test_args(_load_mapping(file, text, kind))
     flavour = config_flavour(cfg)
     if flavour is None:
         raise AccuracyInputError(
@@ -215,17 +216,39 @@ def parse_command_line(text: str) -> dict[str, object]:
 
     Handles `\\` continuations, comments, `--flag=value`, value-less flags (True), Megatron's
     `--no-xxx` flags (xxx = False), arguments kept in variables (`GPT_ARGS="--num-layers 32 ..."`)
-    and bash arrays.  `$VAR` values stay strings.  Later flags win, as in argparse.
+    and bash arrays.  Variables the script assigns (`TP=1`, `${TP}`, `${TP:-1}`) are expanded;
+    others stay `$VAR` strings.  Later flags win, as in argparse.
     """
     args: dict[str, object] = {}
     for flag, values in _flag_values(_tokens(text)):
-        name = megatron_name(flag)
         value: object = True if not values else values[0] if len(values) == 1 else values
-        if name in _FLAG_RENAMES and value is True:
-            name, value = _FLAG_RENAMES[name]
-        elif name.startswith("no_") and name not in _NO_FLAG_LITERAL and value is True:
-            name, value = name[3:], False
-        args[name] = value
+        _store(args, flag, value)
+    return args
+
+
+def _store(args: dict[str, object], flag: str, value: object) -> None:
+    """Store one flag under its argparse dest, as Megatron would (`--no-xxx` sets xxx False)."""
+    name = megatron_name(flag)
+    if name in _FLAG_RENAMES and value is True:
+        name, value = _FLAG_RENAMES[name]
+    elif name.startswith("no_") and name not in _NO_FLAG_LITERAL and value is True:
+        name, value = name[3:], False
+    args[name] = value
+
+
+def _functional_test_args(cfg: dict[str, object]) -> dict[str, object]:
+    """Megatron's functional-test `model_config.yaml`: the arguments are `MODEL_ARGS`.
+
+    Its runner turns `--flag: true` into a bare flag and drops `--flag: false`; `${VAR}`
+    values come from the CI environment and stay unexpanded.
+    """
+    model_args = cfg.get("MODEL_ARGS")
+    if not isinstance(model_args, Mapping):
+        return cfg
+    args: dict[str, object] = {}
+    for flag, value in model_args.items():
+        if value is not False:
+            _store(args, str(flag), value)
     return args
 
 
@@ -261,8 +284,14 @@ def _strip_comments(text: str) -> str:
     return "".join(out)
 
 
-def _flag_values(tokens: list[str]) -> list[tuple[str, list[object]]]:
-    """Pair every `--flag` with the plain tokens after it, up to a command boundary."""
+def _flag_values(
+    tokens: list[str], env: dict[str, str] | None = None
+) -> list[tuple[str, list[object]]]:
+    """Pair every `--flag` with the plain tokens after it, up to a command boundary.
+
+    `env` collects the script's own `VAR=value` assignments in order; values expand them.
+    """
+    env = {} if env is None else env
     pairs: list[tuple[str, list[object]]] = []
     current: list[object] | None = None
     for i, token in enumerate(tokens):
@@ -270,12 +299,14 @@ def _flag_values(tokens: list[str]) -> list[tuple[str, list[object]]]:
             current = None
         elif token.startswith("--") and len(token) > 2:
             flag, eq, value = token.partition("=")
-            current = [_scalar(value)] if eq else []
+            current = [_scalar(expand(value, env))] if eq else []
             pairs.append((flag, current))
             current = None if eq else current
         elif _ASSIGNMENT.match(token) and current is None:
+            name, _, value = token.partition("=")
+            env[name] = value = expand(value, env)
             # VAR="--num-layers 32 ..." holds arguments for later use: read them too.
-            pairs.extend(_flag_values(_tokens(_ASSIGNMENT.match(token).group(1))))  # type: ignore[union-attr]
+            pairs.extend(_flag_values(_tokens(value), env))
         elif token.startswith("-") and not _NEGATIVE_NUMBER.match(token):
             current = None  # a short option (-m, -p) of some other program
         elif current is None or token.endswith(".py"):
@@ -285,5 +316,5 @@ def _flag_values(tokens: list[str]) -> list[tuple[str, list[object]]]:
         elif token.isdigit() and i + 1 < len(tokens) and tokens[i + 1].startswith(("<", ">")):
             current = None  # `2>&1`: a file descriptor, not a value
         else:
-            current.append(_scalar(token))
+            current.append(_scalar(expand(token, env)))
     return pairs

@@ -173,6 +173,7 @@ class Dump:
     step: int
     rank: int
     calls: list[Call]
+    notes: list[str] = field(default_factory=list)  # what the reader had to assume
     _by_name: dict[str, Call] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pytest_accuracy.dumps.framework import infer_framework
 from pytest_accuracy.dumps.model import (
     Arg,
     Call,
@@ -104,14 +105,19 @@ def read_dump(dump_json: Path, *, step: int, rank: int, confine: Path | None = N
         call.parent = parents.get(name)
         call.stack = stacks.get(name, ())
         calls.append(call)
+    framework, notes = str(doc.get("framework") or ""), list[str]()
+    if not framework:
+        framework, note = infer_framework(calls)
+        notes.append(note)
     return Dump(
         path=dump_json,
-        framework=str(doc.get("framework") or "pytorch"),
+        framework=framework,
         level=str(doc.get("level") or "unknown"),
         mode=mode,
         step=step,
         rank=rank,
         calls=calls,
+        notes=notes,
     )
 
 

@@ -60,7 +60,8 @@ def _json_kind(data: bytes, stripped: bytes) -> str | None:
         return None
     if b'"log_history"' in stripped:
         return "hf-trainer-state"
-    if b'"values"' in stripped or re.search(rb'"[^"]+": *\[ *[-0-9.]', stripped):
+    # MindSpeed-LLM baselines are indented JSON: the list opens on the line before its first value.
+    if b'"values"' in stripped or re.search(rb'"[^"]+": *\[\s*[-0-9.]', stripped):
         return "golden"
     if stripped.startswith(b'{"') and b"\n" in stripped.strip():
         try:

@@ -27,6 +27,7 @@ _TO_COLUMN = {
 }
 _FROM_COLUMN = {"loss": "lm loss", "grad_norm": "grad-norm", "lr": "learning-rate"}
 _FROM_COLUMN["loss_scale"] = "loss-scale"
+_NO_LOSS = "no 'lm loss' metric and no other loss: loss column is empty"
 
 
 def load_json(data: bytes, path: Path) -> dict[str, Any]:
@@ -77,12 +78,31 @@ def parse(data: bytes, path: Path) -> LogTable:
             cols[target] = column
         if target != metric and metric.endswith("loss"):
             cols[metric] = column
-    if "loss" not in cols:
-        notes.append("no 'lm loss' metric: loss column is empty")
+    notes += _choose_loss(cols)
     skipped = None
     if "skipped" in cols:
         skipped = np.nan_to_num(cols.pop("skipped")) > 0
     return finish(path, FORMAT, steps, cols, skipped, notes)
+
+
+def _choose_loss(cols: dict[str, np.ndarray]) -> list[str]:
+    """Fill ``loss`` from an auxiliary loss when ``lm loss`` is absent or zero at every step.
+
+    Distillation goldens (``skip_lm_loss``) record ``lm loss`` as 0.0 and the trained loss
+    as ``total loss``; others keep only ``kd loss``: read as 100% skipped or as a zero loss
+    they would gate nothing.
+    """
+    others = [k for k in cols if k.endswith("loss") and k not in ("loss", "lm loss")]
+    others.sort(key=lambda k: (k != "total loss", k != "kd loss"))
+    lm = cols.get("loss")
+    if lm is not None and not (np.nan_to_num(lm) == 0).all():
+        return []
+    usable = [k for k in others if np.isfinite(cols[k]).any() and np.nan_to_num(cols[k]).any()]
+    if not usable:
+        return [] if lm is not None else [_NO_LOSS]
+    cols["loss"] = cols[usable[0]].copy()
+    why = "is 0 at every step" if lm is not None else "is absent"
+    return [f"'lm loss' {why}: loss column taken from {usable[0]!r}"]
 
 
 def _metric(spec: object) -> tuple[dict[int, float], bool] | None:

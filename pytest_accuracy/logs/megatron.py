@@ -35,6 +35,8 @@ _STANDARD = {
     "number of nan iterations": "_nan",
 }
 _UNRELIABLE = "current loss is not reliable"
+# Megatron before v1.0 printed ' learning rate {:.3E} |', ' lm loss {:.6E} |': no colon.
+_NO_COLON = re.compile(rb"\| ([a-z][a-z_ ]*[a-z]) ([-+]?(?:\d|\.\d|nan|inf))")
 
 
 def parse(data: bytes, path: Path) -> LogTable:
@@ -46,6 +48,9 @@ def parse(data: bytes, path: Path) -> LogTable:
     """
     data, tail = cut_truncated_tail(data, _COMPLETE)
     notes = [tail] if tail else []
+    if _NO_COLON.search(data[:_HEAD]):
+        data = _NO_COLON.sub(rb"| \1: \2", data)
+        notes.append("2019-era Megatron fields without ':' ('| lm loss 6.7E+00 |') read")
     parsed = read_records(data, _ROW, _FIELDS)
     n, cols = len(parsed), parsed.values
     steps = np.nan_to_num(cols.pop("_step", np.full(n, np.nan)), nan=-1).astype(np.int64)
