@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import json
 import math
 from pathlib import Path
@@ -78,37 +77,9 @@ def write_compare_csv(nodes: list[dict[str, Any]], out_dir: Path) -> Path | None
 
 
 def write_html(doc: dict[str, Any], out_dir: Path, images: list[Path]) -> Path:
-    """A short HTML page: verdict, first divergence, failing nodes, waivers, plots."""
-    compare = doc.get("compare") or {}
-    first = compare.get("first_divergence")
-    failing = [n for n in compare.get("nodes", []) if n.get("status") == "fail"][:50]
-    waived = [n for n in compare.get("nodes", []) if n.get("waiver")]
-    esc = html.escape
-    parts = [
-        "<!doctype html><meta charset='utf-8'><title>pytest-accuracy report</title>",
-        "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;text-align:left}"
-        ".fail{color:#b00}.pass{color:#070}</style>",
-        f"<h1>Verdict: <span class='{esc(doc['verdict'])}'>{esc(doc['verdict'])}</span></h1>",
-    ]
-    if first:
-        parts.append(f"<p><b>First divergence:</b> {esc(first['npu_name'])} (step {first['step']},"
-                     f" rank {first['rank']}, {esc(first['tensor'])}): {esc(first['reason'])}</p>")
-    for title, key in (("Loss", "loss"), ("Precheck", "precheck"), ("Config", "config")):
-        if doc.get(key):
-            parts.append(f"<h2>{title}</h2><pre>{esc(json.dumps(doc[key], indent=1)[:4000])}</pre>")
-    if failing:
-        parts.append("<h2>Failing nodes</h2><table><tr><th>step/rank</th><th>node</th>"
-                     "<th>tensor</th><th>reason</th></tr>")
-        parts += [f"<tr><td>{n['step']}/{n['rank']}</td><td>{esc(n['npu_name'])}</td>"
-                  f"<td>{esc(str(n.get('tensor')))}</td><td>{esc(str(n.get('reason')))}</td></tr>"
-                  for n in failing]
-        parts.append("</table>")
-    if waived:
-        parts.append("<h2>Waivers</h2><ul>")
-        parts += [f"<li>{esc(n['npu_name'])}: {esc(n['waiver'])}</li>" for n in waived]
-        parts.append("</ul>")
-    parts += [f"<p><img src='{esc(p.name)}' alt='{esc(p.stem)}' width='640'></p>" for p in images]
-    parts.append("<p>Tables: <a href='compare_result.csv'>compare_result.csv</a></p>")
+    """``index.html``: verdict, first divergence, charts, module tree, every node; logs criteria."""
+    from pytest_accuracy.report.html import render
+
     path = out_dir / "index.html"
-    path.write_text("\n".join(parts), encoding="utf-8")
+    path.write_text(render(doc, out_dir, images), encoding="utf-8")
     return path

@@ -42,6 +42,7 @@ def node_record(result: NodeResult, first: FirstDivergence | None) -> dict[str, 
         "rows": [tensor_row(result, t) for t in result.inputs + result.outputs],
     }
     record.update(_metric_fields(worst))
+    record["parent"] = result.npu.parent  # construct.json: the report's module tree
     if result.status in ("fail", "pass") and worst is not None and not worst.ok:
         record["reason"] = worst.judgement.detail
     return record

@@ -101,8 +101,11 @@ def loss_section(records: list[dict[str, Any]]) -> dict[str, Any]:
     section: dict[str, Any] = dict(records[0].get("report") or {})
     section.pop("checks", None)
     section["criteria"] = records[0].get("criteria")
-    section["checks"] = {r["name"]: {k: r[k] for k in ("status", "measured", "allowed",
-                                                       "worst_steps")} for r in records}
+    section["checks"] = {r["name"]: {k: r.get(k) for k in ("status", "measured", "allowed",
+                                                           "worst_steps", "bars")}
+                         for r in records}
+    for record in records:
+        section["checks"][record["name"]]["message"] = record.get("summary")
     return section
 
 
@@ -115,6 +118,24 @@ def write_loss_plots(config: pytest.Config, out: Path) -> list[Path]:
     except ImportError as exc:  # the plot extra is optional: say so, don't fail the run
         (out / "plots_unavailable.txt").write_text(f"{exc}\n", encoding="utf-8")
         return []
+
+
+_BARS = 20  # the local-norm chart: the parameters that differ most
+
+
+def _bars(table: Any, original: dict[str, str]) -> list[dict[str, Any]]:
+    rows = table.head(_BARS)[["param", "npu", "bench", "rel_diff"]].to_dict("records")
+    return [{**row, "param": original.get(str(row["param"]), str(row["param"]))} for row in rows]
+
+
+def _local_norm_summary(worst: Any, table: Any, step: int, allowed: float,
+                        original: dict[str, str]) -> str:
+    if not len(worst):
+        return f"Local norms agree at step {step}: {len(table)} parameters within {allowed:g}."
+    top = worst.iloc[0]
+    name = original.get(str(top["param"]), top["param"])
+    return (f"Local norms differ at step {step}: {len(worst)} of {len(table)} parameters beyond "
+            f"{allowed:g} relative; worst {name} ({top['rel_diff']:.3g}).")
 
 
 class LocalNormLogItem(AccuracyItem):
@@ -135,7 +156,8 @@ class LocalNormLogItem(AccuracyItem):
         if not common:
             pytest.skip("the two logs have no step with local norms in common")
         step = int(setting(self.config, "local_norm_step") or common[0])
-        table = compare_local_norms(frames[0], frames[1], step)
+        # every parameter: the message counts them all, the chart shows the worst
+        table = compare_local_norms(frames[0], frames[1], step, top=len(frames[0]))
         if table.empty:  # comparing nothing must not read as a pass
             npu_names, bench_names = (sorted(set(f["param"]))[:2] for f in frames)
             pytest.skip(f"no parameter with a local norm in both logs at step {step} "
@@ -145,7 +167,9 @@ class LocalNormLogItem(AccuracyItem):
         self.stash[RECORD_KEY] = {
             "group": "loss", "name": "local_norm", "status": "fail" if len(worst) else "pass",
             "measured": {"step": step, "params": len(table)}, "allowed": {"rel_diff": allowed},
-            "worst_steps": [step], "summary": f"local norms differ at step {step}"}
+            "worst_steps": [step],
+            "summary": _local_norm_summary(worst, table, step, allowed, original),
+            "bars": _bars(table, original)}
         if len(worst):
             lines = [f"Local norms differ at step {step}: {len(worst)} of {len(table)} parameters "
                      f"beyond {allowed:g} relative, worst first:"]

@@ -1,0 +1,52 @@
+"""The report page (--acc-report): one self-contained index.html, compare and logs alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pytest_accuracy.report.html_page import esc, page
+
+
+def render(doc: dict[str, Any], out_dir: Path, images: list[Path]) -> str:
+    """The whole page; images are embedded, so the file works alone (a CI artifact, offline)."""
+    from pytest_accuracy.report.html_compare import compare_sections, headline
+    from pytest_accuracy.report.html_logs import config_section, loss_sections, precheck_section
+
+    sections: list[str] = []
+    lines: list[str] = []
+    compare = doc.get("compare")
+    if compare:
+        lines.append("Compare: " + headline(compare))
+        sections += compare_sections(compare, (doc.get("criteria") or {}).get("compare") or {})
+    loss = doc.get("loss")
+    if loss:
+        failed = [n for n, c in (loss.get("checks") or {}).items() if c.get("status") == "fail"]
+        lines.append(f"Training logs: {len(failed)} of {len(loss.get('checks') or {})} criteria "
+                     "missed" + (f": {esc(', '.join(failed))}" if failed else ""))
+        note = out_dir / "plots_unavailable.txt"
+        sections += loss_sections(loss, images, note.read_text() if note.exists() else None)
+    if doc.get("config"):
+        sections.append(config_section(doc["config"]))
+    if doc.get("precheck"):
+        sections.append(precheck_section(doc["precheck"]))
+    sections.append(_inputs(doc))
+    verdict = str(doc.get("verdict"))
+    return page(f"pytest-accuracy: {verdict.upper()}", verdict, "<br>".join(lines) or
+                "nothing was checked", sections, _footer(doc, out_dir))
+
+
+def _inputs(doc: dict[str, Any]) -> str:
+    from pytest_accuracy.report.html_page import section
+
+    rows = "".join(f"<tr><td>{esc(k)}</td><td><code>{esc(v)}</code></td></tr>"
+                   for k, v in (doc.get("inputs") or {}).items())
+    return section("Inputs", f"<table>{rows}</table>", "inputs")
+
+
+def _footer(doc: dict[str, Any], out_dir: Path) -> str:
+    files = [p.name for p in sorted(out_dir.glob("*.csv")) + sorted(out_dir.glob("*.yaml"))]
+    links = ", ".join(f"<a href='{esc(f)}'>{esc(f)}</a>" for f in files)
+    tables = f" Tables beside this page: {links}." if links else ""
+    return (f"pytest-accuracy {esc(doc.get('plugin_version'))}, document version "
+            f"{esc(doc.get('version'))}.{tables}")

@@ -1,0 +1,199 @@
+"""The compare part of the HTML report: where, how bad, why; the module tree; every node."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from pytest_accuracy.report.html_page import esc, filter_controls, fmt, section
+from pytest_accuracy.report.svg import COLOURS, Point, error_chart
+
+_MAX_CHARTS = 8
+STATUSES = ("fail", "carried", "pass", "waived", "unmatched", "skip", "error")
+
+
+def node_error(node: dict[str, Any]) -> float | None:
+    """The number the chart and the tree show: relative L2 error (statistics: of the norm)."""
+    for key in ("rel_l2_err", "norm_relative_err"):
+        value = node.get(key)
+        if value is not None:
+            return math.inf if value in ("inf", "-inf") else float(value)
+    if "md5_equal" in node:
+        return 0.0 if node["md5_equal"] else math.inf
+    return None
+
+
+def node_tolerance(node: dict[str, Any], criteria: dict[str, Any]) -> float | None:
+    tolerance = node.get("tolerance")
+    if isinstance(tolerance, dict) and tolerance.get("rel_err") is not None:
+        return float(tolerance["rel_err"])
+    if criteria.get("rel_err_override") is not None:
+        return float(criteria["rel_err_override"])
+    by_dtype = (criteria.get("tolerances") or {}).get(node.get("effective_dtype") or "")
+    return float(by_dtype["rel_err"]) if by_dtype else None
+
+
+def own_error(node: dict[str, Any]) -> float | None:
+    """The error a node makes itself: a carried node's own share is its local error, if known."""
+    if node.get("status") == "carried":
+        local = node.get("local_error") or {}
+        return float(local["npu"]) if local.get("npu") is not None else None
+    if node.get("status") in ("pass", "fail"):
+        return node_error(node)
+    return None
+
+
+def compare_sections(compare: dict[str, Any], criteria: dict[str, Any]) -> list[str]:
+    nodes: list[dict[str, Any]] = compare.get("nodes") or []
+    first = compare.get("first_divergence")
+    out = [section("Where it diverges", _first_card(first, compare), "first")]
+    out.append(section("Error along execution order", _charts(nodes, criteria, first), "chart"))
+    if len({(n["step"], n["rank"]) for n in nodes}) > 1:
+        out.append(section("Per step and rank", _per_dump_table(nodes), "dumps"))
+    from pytest_accuracy.report.html_tree import module_tree
+
+    out.append(section("Module tree", module_tree(nodes, criteria, first), "tree"))
+    out.append(section(f"Every node ({len(nodes)})", _node_table(nodes, criteria), "nodes"))
+    return out
+
+
+def headline(compare: dict[str, Any]) -> str:
+    nodes = compare.get("nodes") or []
+    counts = Counter(n.get("status") for n in nodes)
+    first = compare.get("first_divergence")
+    parts = [f"{counts.get('fail', 0)} of {len(nodes)} NPU nodes fail"]
+    if counts.get("carried"):
+        parts.append(f"{counts['carried']} carry an earlier error")
+    if first:
+        parts.append(f"first divergence <b>{esc(first['npu_name'])}</b> (step {first['step']}, "
+                     f"rank {first['rank']})")
+    elif not counts.get("fail"):
+        parts = [f"no divergence: {counts.get('pass', 0)} compared nodes meet the criteria"]
+    coverage = compare.get("coverage") or {}
+    if coverage:
+        parts.append(f"{coverage.get('matched')} of {coverage.get('total')} matched")
+    return "; ".join(parts)
+
+
+def _first_card(first: dict[str, Any] | None, compare: dict[str, Any]) -> str:
+    if not first:
+        failing = any(n.get("status") == "fail" for n in compare.get("nodes") or [])
+        return ("<p>Nodes fail, but the first divergent node was not among the items run.</p>"
+                if failing else "<p>No node misses the criteria.</p>")
+    where = f"step {first['step']}, rank {first['rank']}"
+    if first.get("kind") == "between":
+        what = (f"the error appeared in code the dump did not record, between "
+                f"<code>{esc(first.get('previous') or 'the start')}</code> and this node")
+    else:
+        what = "its inputs match the bench and its outputs do not: the error appears here"
+    rows = [("node", f"<code>{esc(first['npu_name'])}</code> ({where})"),
+            ("bench node", f"<code>{esc(first.get('bench_name'))}</code>"),
+            ("what", what),
+            ("how bad", f"{esc(first.get('tensor'))}: {esc(first.get('reason'))}")]
+    if first.get("likely_cause"):
+        rows.append(("likely cause", f"<b>{esc(first['likely_cause'])}</b>"))
+    if first.get("stack"):
+        rows.append(("stack", f"<code>{esc(first['stack'])}</code>"))
+    nonfinite = compare.get("first_nonfinite")
+    if nonfinite:
+        rows.append(("first NaN/Inf", f"<code>{esc(nonfinite.get('npu_name'))}</code> "
+                     f"{esc(nonfinite.get('tensor'))}"))
+    body = "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in rows)
+    return f"<dl class='card'>{body}</dl>"
+
+
+def _by_dump(nodes: Sequence[dict[str, Any]]) -> dict[tuple[int, int], list[dict[str, Any]]]:
+    out: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for node in nodes:
+        out.setdefault((node["step"], node["rank"]), []).append(node)
+    return out
+
+
+def _charts(nodes: list[dict[str, Any]], criteria: dict[str, Any],
+            first: dict[str, Any] | None) -> str:
+    groups = _by_dump(nodes)
+    parts = [_legend()]
+    for (step, rank), members in list(groups.items())[:_MAX_CHARTS]:
+        points = [Point(i, node_error(n) if n.get("status") not in ("unmatched", "skip") else None,
+                        _chart_status(n, first),
+                        f"#{i} {n['npu_name']}: {n.get('status')}, error {fmt(node_error(n))}",
+                        node_tolerance(n, criteria)) for i, n in enumerate(members)]
+        first_x = next((i for i, n in enumerate(members) if _is_first(n, first)), None)
+        parts.append(error_chart(points, first_x=first_x, title=f"step {step}, rank {rank}: "
+                                 f"relative error per node (log scale)"))
+    if len(groups) > _MAX_CHARTS:
+        parts.append(f"<p class='note'>Charts for the first {_MAX_CHARTS} of {len(groups)} "
+                     "step/rank dumps; the table below has every node.</p>")
+    return "".join(parts)
+
+
+def _legend() -> str:
+    items = [("fail", "fails on its own"), ("carried", "carries an earlier error (hollow)"),
+             ("pass", "passes"), ("waived", "waived"), ("tolerance", "tolerance of its dtype")]
+    return "<p class='legend'>" + "".join(
+        f"<span><i style='background:{COLOURS[k]}'></i>{esc(t)}</span>" for k, t in items
+    ) + ("<span>exact matches sit in the 0 lane, infinite errors in the inf lane; hover a "
+         "point for its node</span></p>")
+
+
+def _is_first(node: dict[str, Any], first: dict[str, Any] | None) -> bool:
+    return bool(node.get("first_divergence")) or bool(
+        first and node["npu_name"] == first["npu_name"] and node["step"] == first["step"]
+        and node["rank"] == first["rank"])
+
+
+def _chart_status(node: dict[str, Any], first: dict[str, Any] | None) -> str:
+    return "first" if _is_first(node, first) else str(node.get("status"))
+
+
+def _per_dump_table(nodes: list[dict[str, Any]]) -> str:
+    rows = []
+    for (step, rank), members in _by_dump(nodes).items():
+        counts = Counter(n.get("status") for n in members)
+        failing = next((n["npu_name"] for n in members if n.get("status") == "fail"), "")
+        rows.append(f"<tr><td>{step}</td><td>{rank}</td><td class='num'>{len(members)}</td>"
+                    + "".join(f"<td class='num'>{counts.get(s, 0)}</td>" for s in STATUSES[:5])
+                    + f"<td><code>{esc(failing)}</code></td></tr>")
+    head = "".join(f"<th>{s}</th>" for s in STATUSES[:5])
+    return ("<table class='sortable'><thead><tr><th>step</th><th>rank</th><th>nodes</th>"
+            f"{head}<th>first failing node</th></tr></thead><tbody>{''.join(rows)}"
+            "</tbody></table>")
+
+
+_COLUMNS = ("#", "step", "rank", "NPU node", "bench node", "status", "dtype", "tensor", "error",
+            "tolerance", "cosine", "max abs err", "why", "reason")
+
+
+def _node_table(nodes: list[dict[str, Any]], criteria: dict[str, Any]) -> str:
+    present = [s for s in STATUSES if any(n.get("status") == s for n in nodes)]
+    rows = [_node_row(i, n, criteria) for i, n in enumerate(nodes)]
+    head = "".join(f"<th>{esc(c)}</th>" for c in _COLUMNS)
+    return (filter_controls("nodes-table", present, len(nodes))
+            + "<div class='scroll'><table id='nodes-table' class='sortable mono'><thead><tr>"
+            + head + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
+
+
+def _node_row(i: int, n: dict[str, Any], criteria: dict[str, Any]) -> str:
+    status = str(n.get("status"))
+    error = node_error(n)
+    why = n.get("finding") or (f"carried from {n['carried_from']}" if n.get("carried_from")
+                               else "")
+    cells = [str(i), str(n["step"]), str(n["rank"]), esc(n["npu_name"]), esc(n.get("bench_name")),
+             f"<span class='s-{esc(status)}'>{esc(status)}</span>", esc(n.get("effective_dtype")),
+             esc(n.get("tensor")), fmt(error), fmt(node_tolerance(n, criteria)),
+             fmt(n.get("cosine")), fmt(n.get("max_abs_err")), esc(why),
+             esc(n.get("waiver") or n.get("reason"))]
+    sort_values = {8: error, 9: node_tolerance(n, criteria)}
+    tds = "".join(
+        f"<td data-v='{_sort_key(sort_values[j])}' class='num'>{c}</td>" if j in sort_values
+        else f"<td>{c}</td>" for j, c in enumerate(cells))
+    first = " class='first'" if n.get("first_divergence") else ""
+    return f"<tr data-status='{esc(status)}'{first}>{tds}</tr>"
+
+
+def _sort_key(value: float | None) -> str:
+    if value is None:
+        return "-1"
+    return "1e308" if math.isinf(value) else repr(value)

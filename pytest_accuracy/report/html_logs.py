@@ -1,0 +1,100 @@
+"""The logs, config and precheck parts of the HTML report: criteria tables first, then plots."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+from pytest_accuracy.report.html_page import esc, fmt, section
+from pytest_accuracy.report.svg import bar_chart
+
+PLOT_INSTALL = "pip install 'pytest-accuracy[plot]'"
+_TITLES = {"first_loss": "first-step loss", "mean_loss": "mean loss", "grad_norm": "grad norm",
+           "band": "within the bench band", "zero_centred": "centred on zero",
+           "divergence": "no divergence", "local_norm": "local norms"}
+
+
+def loss_sections(loss: dict[str, Any], images: list[Path], plot_note: str | None) -> list[str]:
+    checks: dict[str, Any] = loss.get("checks") or {}
+    out = [section("Migration standard (training logs)", _criteria_table(loss, checks), "loss")]
+    local = checks.get("local_norm") or {}
+    if local.get("bars"):
+        out.append(section("Local norms: the parameters that differ most", _local_norm_chart(local),
+                           "local-norm"))
+    out.append(section("Curves", _plots(images, plot_note), "plots"))
+    return out
+
+
+def _criteria_table(loss: dict[str, Any], checks: dict[str, Any]) -> str:
+    step = loss.get("divergence_step")
+    lead = (f"<p class='note'>The loss curves diverge from <b>step {esc(step)}</b>.</p>"
+            if step is not None else "")
+    rows = []
+    for name, check in checks.items():
+        status = str(check.get("status"))
+        rows.append(
+            f"<tr data-status='{esc(status)}'><td>{esc(_TITLES.get(name, name))} "
+            f"<code>{esc(name)}</code></td><td>{_pairs(check.get('measured'))}</td>"
+            f"<td>{_pairs(check.get('allowed'))}</td>"
+            f"<td><span class='s-{esc(status)}'>{esc(status)}</span></td>"
+            f"<td>{esc(', '.join(str(s) for s in check.get('worst_steps') or []))}</td>"
+            f"<td class='msg'>{esc(check.get('message') or '')}</td></tr>")
+    counted = (f"<p>{loss.get('steps_compared')} paired steps compared, "
+               f"{loss.get('steps_skipped')} skipped.</p>" if "steps_compared" in loss else "")
+    return (lead + counted + "<table class='sortable'><thead><tr><th>criterion</th>"
+            "<th>measured</th><th>allowed</th><th>verdict</th><th>worst steps</th>"
+            "<th>message</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+
+
+def _pairs(values: Any) -> str:
+    if not isinstance(values, dict):
+        return ""
+    return "<br>".join(f"{esc(k)} <b>{fmt(v)}</b>" for k, v in values.items())
+
+
+def _local_norm_chart(local: dict[str, Any]) -> str:
+    bars = local["bars"]
+    limit = (local.get("allowed") or {}).get("rel_diff")
+    step = (local.get("measured") or {}).get("step")
+    return bar_chart([b["param"] for b in bars], [float(b["rel_diff"]) for b in bars],
+                     limit=float(limit) if limit is not None else None,
+                     title=f"relative difference of the local norm at step {step}, worst first")
+
+
+def _plots(images: list[Path], plot_note: str | None) -> str:
+    if not images:
+        why = plot_note or "matplotlib is not installed"
+        return (f"<p class='note'>No plots: {esc(why.strip())}. Install the plot extra and run "
+                f"again: <code>{esc(PLOT_INSTALL)}</code></p>")
+    return "".join(f"<p><img alt='{esc(p.stem)}' style='max-width:100%' src='data:image/png;"
+                   f"base64,{base64.b64encode(p.read_bytes()).decode()}'></p>" for p in images)
+
+
+def config_section(config: dict[str, Any]) -> str:
+    keys: list[dict[str, Any]] = config.get("keys") or []
+    failed = [k for k in keys if k.get("status") in ("fail", "missing")]
+    rows = "".join(
+        f"<tr data-status='{esc(k.get('status'))}'><td><code>{esc(k.get('name'))}</code></td>"
+        f"<td>{esc(k.get('category'))}</td><td><span class='s-{esc(k.get('status'))}'>"
+        f"{esc(k.get('status'))}</span></td><td>{esc(k.get('npu_value'))}</td>"
+        f"<td>{esc(k.get('bench_value'))}</td><td>{esc(k.get('summary'))}</td></tr>"
+        for k in sorted(keys, key=lambda k: k.get("status") not in ("fail", "missing")))
+    return section(f"Config checklist: {len(failed)} of {len(keys)} keys fail",
+                   "<table class='sortable'><thead><tr><th>key</th><th>category</th>"
+                   "<th>verdict</th><th>NPU</th><th>bench</th><th>message</th></tr></thead>"
+                   f"<tbody>{rows}</tbody></table>", "config")
+
+
+def precheck_section(precheck: dict[str, Any]) -> str:
+    apis: list[dict[str, Any]] = precheck.get("apis") or []
+    failed = [a for a in apis if a.get("status") == "fail"]
+    rows = "".join(
+        f"<tr data-status='{esc(a.get('status'))}'><td><code>{esc(a.get('name'))}</code></td>"
+        f"<td><span class='s-{esc(a.get('status'))}'>{esc(a.get('status'))}</span></td>"
+        f"<td class='num'>{fmt(a.get('cosine'))}</td><td class='num'>{fmt(a.get('max_abs'))}</td>"
+        f"<td>{esc(a.get('reason'))}</td></tr>" for a in apis)
+    return section(f"Precheck: {len(failed)} of {len(apis)} APIs fail",
+                   "<div class='scroll'><table class='sortable'><thead><tr><th>API</th>"
+                   "<th>verdict</th><th>cosine</th><th>max abs</th><th>reason</th></tr></thead>"
+                   f"<tbody>{rows}</tbody></table></div>", "precheck")

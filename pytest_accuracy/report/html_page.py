@@ -1,0 +1,99 @@
+"""The HTML page shell: inline style and script, tables that sort and filter, escaping helpers."""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from typing import Any
+
+STYLE = """
+body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;color:#1b1b1b;
+background:#fafafa}
+header{padding:14px 28px;color:white}
+header.pass{background:#2e7d32}header.fail{background:#c62828}
+header h1{margin:0;font-size:22px}header p{margin:4px 0 0;opacity:.92}
+main{padding:8px 28px 40px;max-width:1400px}
+section{background:white;border:1px solid #e0e0e0;border-radius:6px;padding:12px 18px;
+margin:14px 0}
+h2{font-size:17px;margin:4px 0 10px}
+.card{border-left:5px solid #6a1b9a;padding:6px 12px;background:#f7f2fa}
+.card dt{font-weight:600;float:left;clear:left;width:120px}.card dd{margin:0 0 4px 130px}
+code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px}
+table{border-collapse:collapse;width:100%}
+th,td{padding:3px 8px;text-align:left;border-bottom:1px solid #eee;vertical-align:top}
+th{background:#f3f3f3;position:sticky;top:0;cursor:pointer;user-select:none;white-space:nowrap}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+.s-pass{color:#2e7d32;font-weight:600}.s-fail,.s-error{color:#c62828;font-weight:600}
+.s-carried{color:#e57373}.s-skip,.s-unmatched{color:#757575}.s-waived{color:#f9a825}
+tr.first td{background:#f3e5f5}
+.legend span{margin-right:14px;white-space:nowrap}
+.legend i{display:inline-block;width:10px;height:10px;border-radius:50%;margin-right:4px}
+.chart{background:white}.chart .grid{stroke:#eee}.chart .ax{font-size:11px;fill:#555}
+.chart .ct{font-size:13px;font-weight:600;fill:#222}
+.controls{margin:6px 0 8px}.controls input{width:320px}.controls *{margin-right:8px}
+.note{background:#fff8e1;border:1px solid #ffe082;padding:8px 12px;border-radius:4px}
+.tree details{margin-left:16px}.tree summary{cursor:pointer}
+.sw{display:inline-block;width:10px;height:10px;margin-right:6px;border-radius:2px}
+.scroll{max-height:640px;overflow:auto}
+td.msg{white-space:pre-line}
+footer{color:#757575;font-size:12px;margin-top:20px}
+"""
+
+# Sort by a column (numbers as numbers), filter by text and status: a few lines, no library.
+SCRIPT = """
+document.querySelectorAll('table.sortable').forEach(function(t){
+  t.querySelectorAll('th').forEach(function(th,i){th.addEventListener('click',function(){
+    var b=t.tBodies[0],rows=Array.from(b.rows),asc=th.dataset.asc!=='1';th.dataset.asc=asc?'1':'0';
+    rows.sort(function(x,y){var a=x.cells[i].dataset.v||x.cells[i].textContent,
+      c=y.cells[i].dataset.v||y.cells[i].textContent,na=parseFloat(a),nc=parseFloat(c);
+      var r=(!isNaN(na)&&!isNaN(nc))?na-nc:a.localeCompare(c);return asc?r:-r;});
+    rows.forEach(function(r){b.appendChild(r);});});});});
+function accFilter(id){
+  var t=document.getElementById(id),q=document.getElementById(id+'-q').value.toLowerCase(),
+      s=document.getElementById(id+'-s').value,shown=0;
+  Array.from(t.tBodies[0].rows).forEach(function(r){
+    var ok=(!q||r.textContent.toLowerCase().indexOf(q)>=0)&&(!s||r.dataset.status===s);
+    r.style.display=ok?'':'none';if(ok)shown++;});
+  document.getElementById(id+'-n').textContent=shown;}
+"""
+
+
+def esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def fmt(value: Any) -> str:
+    """Numbers at 4 significant digits; None as an empty cell."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}" if math.isfinite(value) else str(value)
+    return esc(value)
+
+
+def page(title: str, verdict: str, subtitle: str, sections: Sequence[str], footer: str) -> str:
+    return "\n".join([
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>",
+        f"<header class='{esc(verdict)}'><h1>{esc(title)}</h1><p>{subtitle}</p></header>",
+        "<main>", *sections, f"<footer>{footer}</footer>", "</main>",
+        f"<script>{SCRIPT}</script></body></html>",
+    ])
+
+
+def section(title: str, body: str, anchor: str = "") -> str:
+    ident = f" id='{esc(anchor)}'" if anchor else ""
+    return f"<section{ident}><h2>{esc(title)}</h2>{body}</section>"
+
+
+def filter_controls(table_id: str, statuses: Sequence[str], total: int) -> str:
+    options = "".join(f"<option value='{esc(s)}'>{esc(s)}</option>" for s in statuses)
+    return (f"<div class='controls'><input id='{table_id}-q' placeholder='filter: node name, "
+            f"dtype, reason...' oninput=\"accFilter('{table_id}')\">"
+            f"<select id='{table_id}-s' onchange=\"accFilter('{table_id}')\">"
+            f"<option value=''>every status</option>{options}</select>"
+            f"<span>showing <b id='{table_id}-n'>{total}</b> of {total} rows (click a column "
+            "to sort)</span></div>")
