@@ -208,7 +208,8 @@ def test_console_script(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert capsys.readouterr().out.splitlines()[:3] == [
         "Merged 2 parts: verdict fail.", f"  {b} failed", "  1 compared nodes did not pass"]
     assert load(out)["verdict"] == "fail"
-    assert "Verdict: <span class='fail'>fail</span>" in (tmp_path / "html/index.html").read_text()
+    page = (tmp_path / "html/index.html").read_text()
+    assert "<header class='fail'>" in page and f"<li>{b} failed</li>" in page
     assert merge_main([str(a)]) == 0
     assert merge_main([str(a), str(a)]) == 2
     assert capsys.readouterr().err.startswith(f"pytest-accuracy-merge: {a}: step 0 rank 0 is "

@@ -15,6 +15,9 @@ def render(doc: dict[str, Any], out_dir: Path, images: list[Path]) -> str:
 
     sections: list[str] = []
     lines: list[str] = []
+    if doc.get("merge"):
+        lines.append(f"Merged {len(doc['merge'].get('parts') or [])} parts")
+        sections.append(_merge(doc["merge"]))
     compare = doc.get("compare")
     if compare:
         lines.append("Compare: " + headline(compare))
@@ -34,6 +37,21 @@ def render(doc: dict[str, Any], out_dir: Path, images: list[Path]) -> str:
     verdict = str(doc.get("verdict"))
     return page(f"pytest-accuracy: {verdict.upper()}", verdict, "<br>".join(lines) or
                 "nothing was checked", sections, _footer(doc, out_dir))
+
+
+def _merge(merge: dict[str, Any]) -> str:
+    """The parts a merged document (--acc-merge) was made of, and why it fails."""
+    from pytest_accuracy.report.html_page import section
+
+    reasons = "".join(f"<li>{esc(r)}</li>" for r in merge.get("fail_reasons") or [])
+    rows = "".join(
+        f"<tr><td><code>{esc(p.get('file'))}</code></td><td class='s-{esc(p.get('verdict'))}'>"
+        f"{esc(p.get('verdict'))}</td><td>{esc(p.get('steps'))}</td><td>{esc(p.get('ranks'))}"
+        f"</td><td class='num'>{esc(p.get('nodes'))}</td></tr>" for p in merge.get("parts") or [])
+    return section("Merged parts", (f"<ul>{reasons}</ul>" if reasons else "")
+                   + "<table class='sortable'><thead><tr><th>part</th><th>verdict</th>"
+                   "<th>steps</th><th>ranks</th><th>nodes</th></tr></thead>"
+                   f"<tbody>{rows}</tbody></table>", "merge")
 
 
 def _inputs(doc: dict[str, Any]) -> str:
