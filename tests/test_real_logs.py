@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.logs import read_log
 from tests.helpers import ROOT
 
@@ -69,10 +70,28 @@ def test_megatron_golden_values_match_the_json(path: Path) -> None:
     if isinstance(values, list):  # pre-2025 layout: sampled from start_step every step_interval
         start, every = int(spec["start_step"]), int(spec["step_interval"])
         values = {str(start + i * every): v for i, v in enumerate(values)}
+    recorded = [int(k) for k, v in values.items() if v != "nan"]
     table = read_log(path)
-    assert {int(k) for k in values} == set(table.steps)
-    for step, value in values.items():
-        assert table.frame.loc[int(step), "loss"] == value
+    assert list(table.steps) == sorted(int(k) for k in values if int(k) <= max(recorded))
+    for step in recorded:
+        assert table.frame.loc[step, "loss"] == values[str(step)]
+
+
+def test_golden_steps_never_recorded_are_dropped_and_named() -> None:
+    path = REAL / "megatron_golden" / "moe_offloading_unrecorded_tail_dev_dgx_gb200.json"
+    raw = raw_json(path)["lm loss"]
+    assert raw["end_step"] == 50 and raw["values"]["26"] == "nan"  # type: ignore[index]
+    table = read_log(path)
+    assert list(table.steps) == list(range(1, 26)) and not table.frame["skipped"].any()
+    assert ("25 step(s) after step 25 have 'nan' in every metric (planned, never recorded): "
+            "dropped") in table.notes
+
+
+@pytest.mark.parametrize("path", sorted((REAL / "megatron_inference_golden").glob("*.json")),
+                         ids=lambda p: p.name)
+def test_inference_golden_is_refused_by_name(path: Path) -> None:
+    with pytest.raises(AccuracyInputError, match=r"a Megatron inference golden .* not training"):
+        read_log(path)
 
 
 def test_distillation_golden_takes_its_loss_from_total_loss() -> None:
@@ -90,7 +109,8 @@ def test_golden_with_only_a_kd_loss_reads_it_and_says_so(tmp_path: Path) -> None
     path = tmp_path / "golden_values.json"
     kd = {"start_step": 1, "end_step": 3, "step_interval": 1,
           "values": {"1": 2.5, "2": 2.25, "3": "nan"}}
-    path.write_text(json.dumps({"kd loss": kd, "num-zeros": {**kd, "values": {"1": 3.0}}}))
+    zeros = {**kd, "values": {"1": 3.0, "3": 4.0}}  # recorded at 3: a skipped step, kept
+    path.write_text(json.dumps({"kd loss": kd, "num-zeros": zeros}))
     table = read_log(path)
     assert table.format == "golden"
     assert "'lm loss' is absent: loss column taken from 'kd loss'" in table.notes

@@ -60,6 +60,8 @@ def _json_kind(data: bytes, stripped: bytes) -> str | None:
         return None
     if b'"log_history"' in stripped:
         return "hf-trainer-state"
+    if b'"generated_tokens"' in stripped or b'"generated_text"' in stripped:
+        return "golden"  # Megatron inference goldens: the golden reader refuses them by name
     # MindSpeed-LLM baselines are indented JSON: the list opens on the line before its first value.
     if b'"values"' in stripped or re.search(rb'"[^"]+": *\[\s*[-0-9.]', stripped):
         return "golden"

@@ -27,6 +27,7 @@ _TO_COLUMN = {
 }
 _FROM_COLUMN = {"loss": "lm loss", "grad_norm": "grad-norm", "lr": "learning-rate"}
 _FROM_COLUMN["loss_scale"] = "loss-scale"
+_INFERENCE_KEYS = frozenset({"generated_tokens", "generated_text", "input_prompt"})
 _NO_LOSS = "no 'lm loss' metric and no other loss: loss column is empty"
 
 
@@ -58,6 +59,9 @@ def parse(data: bytes, path: Path) -> LogTable:
     baseline) is numbered 1..N.  ``"nan"`` values are NaN (skipped) steps.
     """
     obj = load_json(data, path)
+    if any(isinstance(v, dict) and _INFERENCE_KEYS & set(v) for v in obj.values()):
+        raise AccuracyInputError(path, "a Megatron inference golden (generated tokens or text per "
+                                       "request), not training-step values")
     series: dict[str, dict[int, float]] = {}
     notes: list[str] = []
     for metric, spec in obj.items():
@@ -78,11 +82,31 @@ def parse(data: bytes, path: Path) -> LogTable:
             cols[target] = column
         if target != metric and metric.endswith("loss"):
             cols[metric] = column
+    steps, cols = _drop_unrun_tail(steps, cols, notes)
     notes += _choose_loss(cols)
     skipped = None
     if "skipped" in cols:
         skipped = np.nan_to_num(cols.pop("skipped")) > 0
     return finish(path, FORMAT, steps, cols, skipped, notes)
+
+
+def _drop_unrun_tail(
+    steps: np.ndarray, cols: dict[str, np.ndarray], notes: list[str]
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Drop the steps after the last one with any value: planned by ``end_step``, never run.
+
+    Release goldens are written for their full ``end_step`` with ``"nan"`` where the recorded
+    run stopped early; read as skipped steps, 25 of 50 looked like a half-failed run.
+    """
+    recorded = np.zeros(len(steps), dtype=bool)
+    for column in cols.values():
+        recorded |= np.isfinite(column)
+    if not recorded.any() or recorded[-1]:
+        return steps, cols
+    last = int(np.flatnonzero(recorded)[-1])
+    notes.append(f"{len(steps) - last - 1} step(s) after step {int(steps[last])} have 'nan' in "
+                 "every metric (planned, never recorded): dropped")
+    return steps[: last + 1], {k: v[: last + 1] for k, v in cols.items()}
 
 
 def _choose_loss(cols: dict[str, np.ndarray]) -> list[str]:
