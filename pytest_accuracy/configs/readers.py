@@ -60,6 +60,7 @@ def read_config(path: str | Path) -> dict[str, object]:
             raise AccuracyInputError(file, f"cannot split the command line: {exc}") from exc
     else:
         cfg = _functional_test_args(_load_mapping(file, text, kind))
+    _refuse_dotted_arguments(file, cfg)
     flavour = config_flavour(cfg)
     if flavour is None:
         raise AccuracyInputError(
@@ -68,6 +69,21 @@ def read_config(path: str | Path) -> dict[str, object]:
     if flavour == "mindformers":
         return _merge_base_configs(file, cfg, 0, _base_root(file))
     return _flatten_megatron(cfg)
+
+
+def _refuse_dotted_arguments(file: Path, cfg: Mapping[str, object]) -> None:
+    """`--parallel.fsdp_size` / `trainer.devices` override a config tree, not Megatron argparse.
+
+    MindSpeed-LLM's FSDP2 launchers and NeMo recipes take the model from a companion yaml or
+    checkpoint; checked as Megatron arguments every model key would fail as missing.
+    """
+    dotted = [str(k) for k in cfg if "." in str(k) and not isinstance(cfg[k], Mapping)]
+    if dotted and len(dotted) > len(cfg) - len(dotted):
+        raise AccuracyInputError(
+            file, f"dotted arguments ({', '.join(dotted[:2])}, ...) override a config tree "
+            "(MindSpeed-LLM FSDP2 or NeMo style), not Megatron arguments; pass the config they "
+            "override"
+        )
 
 
 def _read_text(file: Path) -> str:
@@ -246,6 +262,8 @@ def _functional_test_args(cfg: dict[str, object]) -> dict[str, object]:
     if not isinstance(model_args, Mapping):
         return cfg
     args: dict[str, object] = {}
+    if not any(str(flag).startswith("--") for flag in model_args):
+        return {str(k): v for k, v in model_args.items()}  # NeMo overrides: refused as dotted
     for flag, value in model_args.items():
         if value is not False:
             _store(args, str(flag), value)
