@@ -165,3 +165,12 @@ def test_plugin_checks_a_functional_test_yaml_against_mindformers(
                                  "*seq_length*4096*8192*"])
     result.stdout.no_fnmatch_line("*neither a MindFormers config nor Megatron arguments*")
     assert result.ret == 1
+
+
+def test_rotary_emb_base_spelling_is_read() -> None:
+    # research/qwen2_5 configs (r1.8) also spell the rope base rotary_emb_base.
+    npu = {"model": {"model_config": {"type": "LlamaConfig", "rotary_emb_base": 1000000}}}
+    found = by_key(check_configs(npu, parse_command_line("x.py --rotary-base 10000"),
+                                 keys=["rotary_base"]))
+    assert found["rotary_base"].status == "fail"
+    assert "model.model_config.rotary_emb_base = 1000000" in found["rotary_base"].message
