@@ -131,9 +131,29 @@ def _maxdiff(a: Any, b: Any) -> float:
     return float(d.max()) if d.numel() else float("inf")
 
 
-def first_diff(npu: Path, bench: Path) -> dict[str, Any] | None:
-    """First node (steps in order, dump.json order) whose records are not bit-identical."""
+def _same(rec: Any, brec: Any, nd: Path, bd: Path) -> tuple[bool, float]:
+    """Whether two (sub-)records are bit-identical, values and tensor files; and the max diff."""
     import torch
+    if _strip(rec) != _strip(brec):
+        return False, float("nan")
+    worst, same = 0.0, True
+    for fa, fb in zip(_files(rec), _files(brec), strict=False):
+        ta = _load(nd / "dump_tensor_data" / fa)
+        tb = _load(bd / "dump_tensor_data" / fb)
+        if not (isinstance(ta, torch.Tensor) and isinstance(tb, torch.Tensor)
+                and ta.dtype == tb.dtype and ta.shape == tb.shape and bool(torch.equal(ta, tb))):
+            same = False
+            worst = max(worst, _maxdiff(ta, tb))
+    return same, worst
+
+
+def first_diff(npu: Path, bench: Path) -> dict[str, Any] | None:
+    """First node (steps in order, dump.json order) whose records are not bit-identical.
+
+    dump.json lists a module after its children (completion order). At L0 a module whose
+    inputs already differ did not start the divergence: a bug in its parent's own code did
+    (an un-dumped op between children), so the parent (construct.json) is named instead.
+    """
     for step, (nd, bd) in enumerate(zip(steps(npu), steps(bench), strict=False)):
         nj = json.loads((nd / "dump.json").read_text())["data"]
         bj = json.loads((bd / "dump.json").read_text())["data"]
@@ -141,19 +161,27 @@ def first_diff(npu: Path, bench: Path) -> dict[str, Any] | None:
             print(f"WARNING: node lists differ at step {step}: {npu} vs {bench}")
         for name, rec in nj.items():
             brec = bj.get(name)
-            if brec is None or _strip(rec) != _strip(brec):
-                return {"name": name, "step": step, "how": "record", "max_abs_diff": None}
-            worst = 0.0
-            for fa, fb in zip(_files(rec), _files(brec), strict=False):
-                ta = _load(nd / "dump_tensor_data" / fa)
-                tb = _load(bd / "dump_tensor_data" / fb)
-                same = (isinstance(ta, torch.Tensor) and isinstance(tb, torch.Tensor)
-                        and ta.dtype == tb.dtype and ta.shape == tb.shape
-                        and bool(torch.equal(ta, tb)))
-                if not same:
-                    worst = max(worst, _maxdiff(ta, tb))
-            if worst:
-                return {"name": name, "step": step, "how": "tensor", "max_abs_diff": worst}
+            if brec is None:
+                return {"name": name, "step": step, "max_abs_diff": None}
+            same, worst = _same(rec, brec, nd, bd)
+            if same:
+                continue
+            got: dict[str, Any] = {"name": name, "step": step,
+                                   "max_abs_diff": None if worst != worst else worst}
+            if name.startswith("Module.") and ".forward." in name:
+                cons = json.loads((nd / "construct.json").read_text())
+                cur = name
+                while True:
+                    ins = [k for k in ("input_args", "input_kwargs") if k in nj[cur]]
+                    same_in, _ = _same({k: nj[cur][k] for k in ins},
+                                       {k: bj[cur].get(k) for k in ins}, nd, bd)
+                    parent = cons.get(cur)
+                    if same_in or not parent or parent not in nj:
+                        break
+                    cur = parent
+                if cur != name:
+                    got.update(name=cur, first_differing_record=name)
+            return got
     return None
 
 
@@ -195,8 +223,8 @@ def matches(site: Site, level: str, got: dict[str, Any], clean: Path) -> bool:
     step, mod, api = site
     if got["step"] != step:
         return False
-    if level == "L0":
-        return bool(got["name"].startswith(f"Module.{mod}."))
+    if level == "L0":  # Module.<path>.<Class>.forward.<n>: the innermost dumped module
+        return bool(".".join(got["name"].split(".")[1:-3]) == mod)
     if not got["name"].startswith(api):
         return False
     if level == "mix":
@@ -230,6 +258,8 @@ def main() -> None:
     ap.add_argument("--levels", default=",".join(LEVELS))
     ap.add_argument("--npu-only", action="store_true",
                     help="keep an existing truth entry, redo only the npu side")
+    ap.add_argument("--truth-only", action="store_true",
+                    help="recompute truth.json from the existing dumps, run nothing")
     ap.add_argument("--export", help="copy the committed subset from --out to this dir")
     ap.add_argument("--export-cases", default=",".join(SUBSET))
     ap.add_argument("--export-steps", type=int, default=3)
@@ -274,18 +304,21 @@ def main() -> None:
         for level in levels:
             t1 = time.time()
             bench = out / c / "bench" / level
-            if bench.exists():
-                shutil.rmtree(bench)
-            shutil.copytree(golden[(bench_bf16, level)], bench)
+            if not args.truth_only:
+                if bench.exists():
+                    shutil.rmtree(bench)
+                shutil.copytree(golden[(bench_bf16, level)], bench)
             npu = out / c / "npu" / level
-            spawn(level, npu, npu_bf16, c != "rerun", bug)
+            if not args.truth_only:
+                spawn(level, npu, npu_bf16, c != "rerun", bug)
             entry: dict[str, Any] = {"expected": None, "step": None, "detectable": False}
             old_entry = truth["levels"].get(level)
             if bug and args.npu_only and old_entry and "matches_injection" in old_entry:
                 entry = old_entry  # truth runs have no noise: only the npu side is redone
             elif bug:
                 clean = out / "_clean" / c / level
-                spawn(level, clean, npu_bf16, False, bug)
+                if not args.truth_only:
+                    spawn(level, clean, npu_bf16, False, bug)
                 got = first_diff(clean, golden[(npu_bf16, level)])
                 if got is None:
                     print(f"WARNING: {c} {level}: bug leaves the dump bit-identical")
