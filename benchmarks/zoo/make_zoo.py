@@ -134,9 +134,8 @@ def _maxdiff(a: Any, b: Any) -> float:
 def _same(rec: Any, brec: Any, nd: Path, bd: Path) -> tuple[bool, float]:
     """Whether two (sub-)records are bit-identical, values and tensor files; and the max diff."""
     import torch
-    if _strip(rec) != _strip(brec):
-        return False, float("nan")
-    worst, same = 0.0, True
+    same = _strip(rec) == _strip(brec)
+    worst = 0.0 if _files(rec) else float("nan")
     for fa, fb in zip(_files(rec), _files(brec), strict=False):
         ta = _load(nd / "dump_tensor_data" / fa)
         tb = _load(bd / "dump_tensor_data" / fb)
