@@ -37,9 +37,12 @@ class _Tags(HTMLParser):
             self.rows[self._table] = self.rows.get(self._table, 0) + 1
 
 
-def report(pytester: pytest.Pytester, *args: str) -> tuple[str, _Tags]:
+def report(pytester: pytest.Pytester, *args: str, isolated: bool = False
+           ) -> tuple[str, _Tags]:
     out = pytester.path / "report"
-    pytester.runpytest("-p", "no:cacheprovider", f"--acc-report={out}", *args)
+    run = pytester.runpytest_subprocess if isolated else pytester.runpytest
+    result = run("-p", "no:cacheprovider", f"--acc-report={out}", *args)
+    assert (out / "index.html").exists(), result.stdout.str()[-3000:]
     text = (out / "index.html").read_text()
     tags = _Tags()
     tags.feed(text)
@@ -101,7 +104,8 @@ def test_local_norm_bars_name_the_parameters_that_differ(pytester: pytest.Pytest
     changed = pytester.path / "npu.log"
     changed.write_text(sample.read_text().replace("model.layers.1.attention_norm.weight: 0.1092",
                                                   "model.layers.1.attention_norm.weight: 0.2184"))
-    text, _ = report(pytester, f"--acc-npu-log={changed}", f"--acc-bench-log={sample}")
+    text, _ = report(pytester, f"--acc-npu-log={changed}", f"--acc-bench-log={sample}",
+                     isolated=True)
     chart = text.split("the parameters that differ most")[1].split("</svg>")[0]
     assert "relative difference of the local norm at step 1, worst first" in chart
     first_bar = re.search(r"<text[^>]*>([^<]+)</text><rect", chart)
