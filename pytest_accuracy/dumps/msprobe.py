@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +50,8 @@ def read_json(path: Path) -> Any:
         raise AccuracyInputError(path, f"cannot read file ({exc.strerror or exc})") from exc
     except UnicodeDecodeError as exc:
         raise AccuracyInputError(path, "not UTF-8 text; is this really a JSON file?") from exc
-    number = _NumberParser(path)
     try:
-        return json.loads(text, parse_int=number.integer, parse_float=number.real)
+        return _loads(text, path)
     except RecursionError:
         raise AccuracyInputError(path, "JSON nests too deep to read") from None
     except json.JSONDecodeError as exc:
@@ -61,14 +61,28 @@ def read_json(path: Path) -> Any:
         ) from exc
 
 
+def _loads(text: str, path: Path) -> Any:
+    """json.loads at C speed; number hooks only when a long digit run is there at all.
+
+    A hook per number costs the C parser several times its own time on a large dump.json,
+    so a linear scan for a digit run past the limit decides whether they are needed.
+    """
+    cap = limit("json_number_chars")
+    if re.search(f"[0-9]{{{cap + 1}}}", text) is None:
+        return json.loads(text)
+    number = _NumberParser(path, cap)
+    return json.loads(text, parse_int=number.integer, parse_float=number.real)
+
+
 class _NumberParser:
     """json.loads hooks that refuse absurdly long numbers before converting them."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, cap: int) -> None:
         self.path = path
+        self.cap = cap
 
     def _check(self, text: str) -> None:
-        if len(text) > limit("json_number_chars"):
+        if len(text) > self.cap:
             problem = f"a number of {over('json_number_chars', len(text))}: {text[:20]}..."
             raise AccuracyInputError(self.path, problem)
 
@@ -153,7 +167,36 @@ def _read_construct(path: Path) -> dict[str, str | None]:
     doc = read_json(path)
     if not isinstance(doc, dict):
         raise AccuracyInputError(path, "construct.json must map node names to parent names")
-    return {str(k): (str(v) if v is not None else None) for k, v in doc.items()}
+    parents = {str(k): (str(v) if v is not None else None) for k, v in doc.items()}
+    _check_parent_depth(path, parents)
+    return parents
+
+
+def _check_parent_depth(path: Path, parents: dict[str, str | None]) -> None:
+    """Refuse parent cycles and chains deeper than ``construct_depth``, in linear time.
+
+    Whatever walks the tree later (scopes, alignment depths) then stays linear too; a
+    100k-node chain would otherwise cost every walker N^2 / 2 steps.
+    """
+    cap = limit("construct_depth")
+    depth: dict[str, int] = {}
+    for start in parents:
+        chain: list[str] = []
+        on_chain: set[str] = set()
+        cur: str | None = start
+        while cur is not None and cur not in depth:
+            if cur in on_chain:
+                raise AccuracyInputError(path, f"node {brief(cur)} is its own ancestor")
+            chain.append(cur)
+            on_chain.add(cur)
+            cur = parents.get(cur)
+        below = depth[cur] if cur is not None else -1
+        for node in reversed(chain):
+            below += 1
+            depth[node] = below
+        if below > cap:
+            problem = f"parent chain of {brief(start)}: {over('construct_depth', below)}"
+            raise AccuracyInputError(path, problem)
 
 
 class _Context:

@@ -1,0 +1,172 @@
+"""Small hostile files that used to take GBs or minutes, each run in a child: RSS and wall measured.
+
+Every case must end in a named error or an explained skip (the child prints it), with the
+child's peak RSS under 1 GB and its wall time under 20 s.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+from tests.test_tensors import tensor_pickle, write_pt
+
+pytestmark = pytest.mark.slow
+
+_MAX_RSS_KB = 1 << 20  # 1 GiB
+_MAX_WALL_S = 20.0
+_PRELUDE = """
+import json, resource, sys, time
+from pathlib import Path
+from pytest_accuracy.errors import AccuracyInputError
+start = time.perf_counter()
+def done(outcome):
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"outcome": str(outcome), "rss_kb": rss,
+                      "wall_s": time.perf_counter() - start}))
+"""
+
+
+def _measure(code: str, tmp_path: Path) -> dict[str, object]:
+    """Run ``code`` (after the prelude; it calls ``done(outcome)``) in a fresh interpreter."""
+    script = tmp_path / "case.py"
+    script.write_text(_PRELUDE + textwrap.dedent(code))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]  # no crash, no traceback
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["rss_kb"] < _MAX_RSS_KB, result
+    assert result["wall_s"] < _MAX_WALL_S, result
+    return result
+
+
+_LOAD = """
+from pytest_accuracy.dumps.tensors import load_array
+try:
+    load_array(Path(sys.argv[0]).parent / "{name}")
+    done("loaded")
+except AccuracyInputError as exc:
+    done(exc.problem)
+"""
+
+
+def test_deflate_bomb_pt(tmp_path: Path) -> None:
+    numel = (300 << 20) // 4  # 300 MiB of zeros, deflated to about 300 KB
+    with zipfile.ZipFile(tmp_path / "bomb.pt", "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("archive/data.pkl", tensor_pickle(size=(numel,), stride=(1,),
+                                                           numel=numel))
+        with archive.open("archive/data/0", "w") as member:
+            for _ in range(300):
+                member.write(bytes(1 << 20))
+    assert (tmp_path / "bomb.pt").stat().st_size < 2 << 20
+    out = _measure(_LOAD.format(name="bomb.pt"), tmp_path)
+    assert str(out["outcome"]).startswith(
+        "compressed member 'archive/data/0' inflates to 314572800 is over the limit 268435456")
+
+
+def test_stride_zero_pt_of_3_gb(tmp_path: Path) -> None:
+    pkl = tensor_pickle(size=(800_000_000,), stride=(0,), numel=1)
+    path = write_pt(tmp_path / "zero.pt", pkl, {"0": b"\0" * 4})
+    assert path.stat().st_size < 1000
+    out = _measure(_LOAD.format(name="zero.pt"), tmp_path)
+    assert str(out["outcome"]).startswith("the strides [0] expand 4 stored bytes to 3200000000")
+
+
+def test_exponential_repr_in_a_pickle_error(tmp_path: Path) -> None:
+    # 40 levels of [x, x] through the memo: a tiny pickle whose repr would have 2**40 parts.
+    body = b"]q\x00" + b"".join(b"(h%ch%cl" % (i, i) + b"q%c" % (i + 1) for i in range(40))
+    pkl = b"\x80\x02" + body + b"Q."
+    with zipfile.ZipFile(tmp_path / "laughs.pt", "w") as archive:
+        archive.writestr("archive/data.pkl", pkl)
+    out = _measure(_LOAD.format(name="laughs.pt"), tmp_path)
+    assert str(out["outcome"]).startswith("unexpected persistent id [[[[")
+    assert len(str(out["outcome"])) < 300
+
+
+def test_npy_header_of_50_mb(tmp_path: Path) -> None:
+    with (tmp_path / "h.npy").open("wb") as fh:
+        fh.write(b"\x93NUMPY\x02\x00" + (50_000_000).to_bytes(4, "little"))
+        fh.write(b"{'descr': '<f4', 'fortran_order': False, 'shape': (" + b" " * 49_999_000)
+    out = _measure(_LOAD.format(name="h.npy"), tmp_path)
+    assert "header of 50000000 bytes, over the limit 65536" in str(out["outcome"])
+
+
+def test_precheck_full_of_20000_squared(tmp_path: Path) -> None:
+    rank = tmp_path / "d" / "step0" / "rank0"
+    rank.mkdir(parents=True)
+    big = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [20000, 20000],
+           "Max": 1.0, "Min": 1.0, "Mean": 1.0, "Norm": 20000.0, "requires_grad": False}
+    data = {"Torch.full.0.forward": {
+        "input_args": [[{"type": "int", "value": 20000}] * 2, {"type": "float", "value": 1.0}],
+        "input_kwargs": {}, "output": [big]}}
+    (rank / "dump.json").write_text(json.dumps({"task": "statistics", "level": "L1",
+                                                "framework": "pytorch", "data": data}))
+    code = """
+    from pytest_accuracy.dumps.layout import load_dumps
+    from pytest_accuracy.precheck import plan, run_case
+    [case] = plan(load_dumps(Path(sys.argv[0]).parent / "d"))
+    result = run_case(case)
+    done(f"{result.status}: {result.reason}")
+    """
+    out = _measure(code, tmp_path)
+    assert str(out["outcome"]).startswith("skip: replay needs about 12800000000 bytes")
+
+
+def test_billion_laughs_waivers(tmp_path: Path) -> None:
+    lines = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]"
+              for i in range(9)]
+    (tmp_path / "w.yaml").write_text("\n".join(lines) + "\n")
+    code = """
+    from pytest_accuracy.compare.criteria import load_waivers
+    try:
+        load_waivers(Path(sys.argv[0]).parent / "w.yaml")
+        done("loaded")
+    except AccuracyInputError as exc:
+        done(exc.problem)
+    """
+    out = _measure(code, tmp_path)
+    assert str(out["outcome"]).startswith("YAML nodes after alias expansion: ")
+
+
+def test_construct_json_parent_chain_of_100k(tmp_path: Path) -> None:
+    rank = tmp_path / "d" / "step0" / "rank0"
+    rank.mkdir(parents=True)
+    chain = {f"Module.m{i}.M.forward.0": f"Module.m{i - 1}.M.forward.0" if i else None
+             for i in range(100_000)}
+    (rank / "construct.json").write_text(json.dumps(chain))
+    (rank / "dump.json").write_text(json.dumps({"task": "statistics", "data": {}}))
+    code = """
+    from pytest_accuracy.dumps.layout import load_dumps
+    try:
+        load_dumps(Path(sys.argv[0]).parent / "d")
+        done("loaded")
+    except AccuracyInputError as exc:
+        done(exc.problem)
+    """
+    out = _measure(code, tmp_path)
+    assert str(out["outcome"]).startswith("parent chain of 'Module.m1001.M.forward.0': 1001 is "
+                                          "over the limit 1000")
+
+
+def test_dump_json_of_100k_entries_loads_within_bounds(tmp_path: Path) -> None:
+    rank = tmp_path / "d" / "step0" / "rank0"
+    rank.mkdir(parents=True)
+    t = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2, 4], "Max": 1.0,
+         "Min": 0.0, "Mean": 0.5, "Norm": 1.0, "requires_grad": False}
+    data = {f"Torch.add.{i}.forward": {"input_args": [t], "input_kwargs": {}, "output": [t]}
+            for i in range(100_000)}
+    (rank / "dump.json").write_text(json.dumps({"task": "statistics", "data": data}))
+    code = """
+    from pytest_accuracy.dumps.layout import load_dumps
+    dumps = load_dumps(Path(sys.argv[0]).parent / "d")
+    done(len(dumps.dumps[(0, 0)].calls))
+    """
+    assert _measure(code, tmp_path)["outcome"] == "100000"
