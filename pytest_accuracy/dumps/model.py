@@ -37,14 +37,15 @@ _DTYPE_ALIASES = {
     "float8_e5m2": "float8_e5m2",
 }
 
-# Machine epsilon per floating dtype; it drives the dtype-aware tolerances.
+# Machine epsilon per floating dtype (exact: 2**-23 for float32, as torch.finfo gives it);
+# it drives the dtype-aware tolerances and torch's default rms_norm eps.
 FLOAT_EPS = {
-    "float64": 2.22e-16,
-    "float32": 1.19e-7,
-    "float16": 9.77e-4,
-    "bfloat16": 7.81e-3,
-    "float8_e4m3fn": 0.125,
-    "float8_e5m2": 0.25,
+    "float64": 2.0**-52,
+    "float32": 2.0**-23,
+    "float16": 2.0**-10,
+    "bfloat16": 2.0**-7,
+    "float8_e4m3fn": 2.0**-3,
+    "float8_e5m2": 2.0**-2,
 }
 
 

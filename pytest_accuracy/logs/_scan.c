@@ -524,7 +524,9 @@ static PyObject *scan(PyObject *self, PyObject *args)
     Buf vals = {0}, starts = {0}, odd = {0}, junk = {0};
     PyObject *result = NULL;
     double *row = NULL;
-    if (start < 0 || end > view.len || start > end || mlen < 1 || close < 0 || close > 2) {
+    /* A marker never spans lines: with a newline in it, a record would start past its line end. */
+    if (start < 0 || end > view.len || start > end || mlen < 1 || close < 0 || close > 2
+        || memchr(marker, '\n', (size_t)mlen) != NULL) {
         PyErr_SetString(PyExc_ValueError, "bad range, marker or close");
         goto done;
     }

@@ -134,10 +134,17 @@ def layer_norm_bw(b: Bound, grads: Seeds) -> Grads:
     return out
 
 
+# torch_npu.npu_rms_norm(x, gamma, epsilon=1e-06) and mindspore.ops.rms_norm(x, gamma,
+# epsilon=1e-6): the fused kernels' documented default, not the dtype's machine epsilon.
+FUSED_RMS_EPS = 1e-6
+
+
 def _rms_eps(b: Bound) -> float:
     if b.has("eps"):
         return b.number("eps")
-    # torch's rms_norm with eps=None uses the input dtype's machine epsilon.
+    if b.get("fused", False):
+        return FUSED_RMS_EPS
+    # torch.nn.functional.rms_norm with eps=None uses the input dtype's machine epsilon.
     return FLOAT_EPS.get(b.dtype_of("input"), FLOAT_EPS["float32"])
 
 

@@ -16,6 +16,7 @@ from pytest_accuracy.precheck.budget import allocation_over_budget
 from pytest_accuracy.precheck.executors import (
     DeviceJob,
     Executor,
+    NumpyInDtype,
     installed,
     make_executor,
     parse_device,
@@ -42,6 +43,11 @@ from pytest_accuracy.precheck.results import (
 )
 from pytest_accuracy.precheck.standards import Standard, dtype_name, get_standard
 
+_NOTHING_TO_REPLAY = (
+    "the statistics dump recorded no output values and its framework is not installed: "
+    "the numpy reference against itself would check no kernel (install torch, or dump with "
+    "task tensor)"
+)
 _REF_ERRORS = (ValueError, IndexError, TypeError, ArithmeticError)
 
 
@@ -131,6 +137,9 @@ def run_case(case: PrecheckCase) -> PrecheckResult:
         return _skip(case, over_budget)
     try:
         executor = _executor(case.device, case.framework, case.mode)
+        if isinstance(executor, NumpyInDtype):
+            # The reference code on both sides checks no kernel: never a pass.
+            return _skip(case, _NOTHING_TO_REPLAY, executor.description)
         if case.direction == "forward":
             checks = _run_forward(case, spec, executor)
         else:
