@@ -37,8 +37,15 @@ def load_npy(
     """
     header = _read_header(path, max_header)
     if header is None:
-        with _LOCK:
-            loaded = np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
+        try:
+            with _LOCK:
+                loaded = np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
+        except (ValueError, OSError, EOFError):
+            raise
+        except Exception as exc:
+            # np.load tokenizes and ast-parses a header: a malformed one raises SyntaxError,
+            # tokenize.TokenError, TypeError, OverflowError, ... all mean a bad file.
+            raise ValueError(f"malformed header: {type(exc).__name__}: {exc}") from None
         if not isinstance(loaded, np.ndarray):
             raise ValueError("not a single .npy array (an .npz archive?)")
         return loaded
