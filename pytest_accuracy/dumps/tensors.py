@@ -7,6 +7,7 @@ import math
 import mmap
 import os
 import pickle
+import pickletools
 import struct
 import zipfile
 import zlib
@@ -379,12 +380,33 @@ def _record_prefix(archive: zipfile.ZipFile, path: Path) -> str:
     return pickles[0][: -len("data.pkl")]
 
 
+_MAX_MEMO_INDEX = 1 << 16  # torch writes a handful of memo entries per tensor
+
+
+def _check_opcodes(data: bytes) -> None:
+    """Walk the opcodes (pickletools reads, never runs them) before the C unpickler sees them.
+
+    The C unpickler trusts declared sizes: it allocates a BINBYTES8/BINUNICODE8 buffer of the
+    declared length before reading, and grows its memo to a PUT's index, so a 200-byte pickle
+    could take GBs.  pickletools reads lengths against the real data and yields each index.
+    """
+    try:
+        for op, arg, _pos in pickletools.genops(data):
+            if "PUT" in op.name and isinstance(arg, int) and not 0 <= arg < _MAX_MEMO_INDEX:
+                raise _BadPickle(f"memo index {arg} in data.pkl: not a tensor file's")
+    except _BadPickle:
+        raise
+    except Exception as exc:  # declared lengths past the end, unknown opcodes, ...
+        raise _BadPickle(f"corrupt data.pkl: {printable(exc, 200)}") from None
+
+
 def _unpickle_tensor(archive: zipfile.ZipFile, prefix: str, path: Path) -> _TensorRef:
     info = archive.getinfo(f"{prefix}data.pkl")
     if info.file_size > limit("pickle_bytes"):  # a single-tensor data.pkl is ~200 bytes
         raise AccuracyInputError(path, f"data.pkl size: {over('pickle_bytes', info.file_size)}")
     data = _read_member(archive, info, path)
     try:
+        _check_opcodes(data)
         obj = _TensorUnpickler(io.BytesIO(data)).load()
     except _BadPickle as exc:
         raise AccuracyInputError(path, str(exc)) from None
