@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cached_property
 
@@ -48,8 +48,13 @@ class Comparison:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def node(self, index: int) -> NodeResult:
-        """The result of node ``index``; the next few nodes are computed ahead meanwhile."""
+    def node(self, index: int, ahead: Sequence[int] | None = None) -> NodeResult:
+        """The result of node ``index``, computing ``ahead`` meanwhile in threads.
+
+        ``ahead`` names the nodes this process will ask for next (under xdist a worker
+        runs only its share: reading ahead in index order would load other workers'
+        tensors); ``None`` reads ahead in index order, ``()`` not at all.
+        """
         self.effective_dtypes  # noqa: B018  (pairs and dtypes first, in this thread)
         if self._workers <= 1:
             with self._lock:
@@ -58,11 +63,13 @@ class Comparison:
                     done.set_result(self._compute(index))
                     self._futures[index] = done
             return self._futures[index].result()
+        if ahead is None:
+            ahead = range(index + 1, min(index + self._workers, len(self.entries)))
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="acc-compare")
-            for i in range(index, min(index + self._workers, len(self.entries))):
-                if i not in self._futures:
+            for i in (index, *ahead[: self._workers - 1]):
+                if i not in self._futures and 0 <= i < len(self.entries):
                     self._futures[i] = self._pool.submit(self._compute, i)
         return self._futures[index].result()
 

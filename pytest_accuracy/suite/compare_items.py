@@ -18,6 +18,7 @@ from pytest_accuracy.compare.divergence import (
 from pytest_accuracy.report.records import node_record
 from pytest_accuracy.settings import setting
 from pytest_accuracy.suite import RECORD_KEY, AccuracyError, AccuracyGroup, AccuracyItem
+from pytest_accuracy.suite.readahead import AHEAD_KEY
 from pytest_accuracy.suite.state import STATE_KEY
 
 
@@ -45,7 +46,7 @@ class CompareItem(AccuracyItem):
 
     def runtest(self) -> None:
         cmp = self.config.stash[STATE_KEY].comparison
-        result = cmp.node(self.index)
+        result = cmp.node(self.index, ahead=self.stash.get(AHEAD_KEY, None))
         first = find_first_divergence(cmp, upto=self.index) if result.status == "fail" else None
         record = node_record(result, first)
         record["order"] = self.index
