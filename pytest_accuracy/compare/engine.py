@@ -41,6 +41,7 @@ class Comparison:
         self.entries: list[tuple[Dump, Call]] = [(d, c) for d in npu for c in d.calls]
         self._pairs: dict[tuple[int, int], Mapping[str, str]] = {}
         self._futures: dict[int, Future[NodeResult]] = {}
+        self._done: dict[int, NodeResult] = {}
         self._workers = workers if workers is not None else min(4, os.cpu_count() or 1)
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
@@ -55,6 +56,9 @@ class Comparison:
         runs only its share: reading ahead in index order would load other workers'
         tensors); ``None`` reads ahead in index order, ``()`` not at all.
         """
+        known = self._done.get(index)
+        if known is not None:  # the first-divergence scans ask for earlier nodes many times
+            return known
         self.effective_dtypes  # noqa: B018  (pairs and dtypes first, in this thread)
         if self._workers <= 1:
             with self._lock:
@@ -62,7 +66,9 @@ class Comparison:
                     done: Future[NodeResult] = Future()
                     done.set_result(self._compute(index))
                     self._futures[index] = done
-            return self._futures[index].result()
+            result = self._futures[index].result()
+            self._done[index] = result
+            return result
         if ahead is None:
             ahead = range(index + 1, min(index + self._workers, len(self.entries)))
         with self._lock:
@@ -71,7 +77,9 @@ class Comparison:
             for i in (index, *ahead[: self._workers - 1]):
                 if i not in self._futures and 0 <= i < len(self.entries):
                     self._futures[i] = self._pool.submit(self._compute, i)
-        return self._futures[index].result()
+        result = self._futures[index].result()
+        self._done[index] = result
+        return result
 
     def results(self) -> list[NodeResult]:
         return [self.node(i) for i in range(len(self.entries))]

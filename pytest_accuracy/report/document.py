@@ -60,20 +60,28 @@ def _strict(value: Any) -> Any:
 
 
 def write_compare_csv(nodes: list[dict[str, Any]], out_dir: Path) -> Path | None:
-    """The compare table in msprobe's column layout, one row per tensor, numbers as numbers."""
-    import pandas as pd
+    """The compare table in msprobe's column layout, one row per tensor, numbers as numbers.
+
+    Written with the csv module: importing pandas cost more than the rest of the report.
+    """
+    import csv
 
     rows = [row for n in sorted(nodes, key=lambda n: (n["step"], n["rank"], n.get("order", 0)))
             for row in n.get("rows", [])]
     if not rows:
         return None
-    frame = pd.DataFrame(rows)
-    for col in ("NPU Tensor Shape", "Bench Tensor Shape"):
-        if col in frame:
-            frame[col] = frame[col].map(lambda s: str(s) if s is not None else None)
+    columns = list(dict.fromkeys(key for row in rows for key in row))
     path = out_dir / "compare_result.csv"
-    frame.to_csv(path, index=False)
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(columns)
+        writer.writerows([_cell(row.get(c)) for c in columns] for row in rows)
     return path
+
+
+def _cell(value: Any) -> Any:
+    # None is an empty cell and floats keep every digit (repr), as pandas writes them.
+    return "" if value is None else value
 
 
 def write_html(doc: dict[str, Any], out_dir: Path, images: list[Path]) -> Path:

@@ -49,10 +49,11 @@ class AccuracyResults:
                 self.first = first
             self.nodes.append(record)
 
-    @pytest.hookimpl(wrapper=True)
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_terminal_summary(
         self, terminalreporter: Any, exitstatus: int, config: pytest.Config
     ) -> Generator[None, None, None]:
+        _index_teardown_reports(terminalreporter)  # before pytest prints the failures
         yield
         lines = self.summary_lines()
         if lines:
@@ -126,6 +127,25 @@ class AccuracyResults:
             write_compare_csv(self.nodes, out)
             images = _write_group_reports(self.config, self.groups, out)
             write_html(doc, out, images)
+
+
+def _index_teardown_reports(reporter: Any) -> None:
+    """pytest finds each failure's teardown report by scanning every setup/teardown report:
+    quadratic in failures x items (minutes at 50,000 nodes).  Index them once; no report
+    arrives during the summary.  Left alone where pytest's internals differ."""
+    lookup = getattr(reporter, "_get_teardown_reports", None)
+    reports = getattr(reporter, "getreports", None)
+    if lookup is None or reports is None:
+        return
+    index: dict[str, list[Any]] = {}
+    for report in reports(""):
+        if getattr(report, "when", None) == "teardown":
+            index.setdefault(str(report.nodeid), []).append(report)
+
+    def teardown_reports(node_id: Any) -> list[Any]:
+        return index.get(str(getattr(node_id, "nodeid", node_id)), [])
+
+    reporter._get_teardown_reports = teardown_reports
 
 
 def _earlier(a: dict[str, Any], b: dict[str, Any]) -> bool:
