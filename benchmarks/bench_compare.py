@@ -56,9 +56,8 @@ def pytest_cmd(python: Path, npu: Path, bench: Path, out: Path, extra: list[str]
 
 
 def run_case(python: Path, npu: Path, bench: Path, repeat: int, msprobe: Path | None,
-             work: Path, modes: list[str]) -> dict[str, list[bm.Run]]:
+             work: Path, modes: list[str], env: dict[str, str]) -> dict[str, list[bm.Run]]:
     """Every tool ``repeat`` times, interleaved; the JSON of each ours run kept for checking."""
-    env = bm.user_env()
     runs: dict[str, list[bm.Run]] = {}
     scratch = Path(tempfile.mkdtemp(prefix="bench_", dir=work))
     floor = [str(python), str(HERE / "floor_compare.py"), str(npu), str(bench)]
@@ -128,19 +127,21 @@ def report(runs: dict[str, list[bm.Run]]) -> dict[str, Any]:
     return {"rows": rows}
 
 
-def growth(python: Path, work: Path, repeat: int) -> None:
+def growth(python: Path, work: Path, repeat: int, env: dict[str, str]) -> None:
     """Time ours (serial, default) on generated dumps: node counts, then tensor bytes."""
-    cases = [("statistics", n, 64) for n in (1000, 5000, 10000, 25000, 50000)]
-    cases += [("tensor", 1000, numel) for numel in (640, 6400, 32000, 80000)]
-    print(f"\n{'task':<10} {'nodes':>6} {'pair MB':>8} {'wall s':>7} {'floor s':>7} "
-          f"{'ms/node':>8} {'RSS MB':>7}")
-    env = bm.user_env()
-    for task, nodes, numel in cases:
-        out = work / "growth" / f"{task}_{nodes}_{numel}"
+    # (task, nodes, elements per tensor, share of nodes failing)
+    cases = [("statistics", n, 64, 0.0) for n in (1000, 5000, 10000, 25000, 50000)]
+    cases += [("statistics", 10000, 64, 0.5)]
+    cases += [("tensor", 1000, numel, 0.0) for numel in (640, 6400, 32000, 80000)]
+    print(f"\n{'task':<10} {'nodes':>6} {'failing':>7} {'pair MB':>8} {'wall s':>7} "
+          f"{'--co s':>7} {'ms/node':>8} {'RSS MB':>7}")
+    for task, nodes, numel, failing in cases:
+        out = work / "growth" / f"{task}_{nodes}_{numel}_{failing}"
         if not (out / "made.json").is_file():
             shutil.rmtree(out, ignore_errors=True)
             proc = bm.measure([str(python), str(HERE / "make_many_nodes.py"), "--out", str(out),
-                               "--nodes", str(nodes), "--task", task, "--numel", str(numel)],
+                               "--nodes", str(nodes), "--task", task, "--numel", str(numel),
+                               "--fail-from", str(1 - failing)],
                               cwd=REPO, env=env)
             (out / "made.json").write_text(proc.info["stdout"])
         made = json.loads((out / "made.json").read_text())
@@ -156,7 +157,8 @@ def growth(python: Path, work: Path, repeat: int) -> None:
             rss.append(run.peak_mb)
             cos.append(bm.measure(co, cwd=out, env=env).wall_s)
         wall, base = statistics.median(walls), statistics.median(cos)
-        print(f"{task:<10} {nodes:>6} {made['pair_mb']:>8.1f} {wall:>7.2f} {base:>7.2f} "
+        print(f"{task:<10} {nodes:>6} {failing:>7.0%} {made['pair_mb']:>8.1f} {wall:>7.2f} "
+              f"{base:>7.2f} "
               f"{1000 * (wall - base) / nodes:>8.3f} {statistics.median(rss):>7.0f}", flush=True)
 
 
@@ -173,15 +175,21 @@ def main() -> None:
     ap.add_argument("--python", type=Path, default=REPO / ".venv" / "bin" / "python")
     ap.add_argument("--work-dir", type=Path, default=REPO / ".bench")
     ap.add_argument("--json", type=Path, help="write the table here")
+    ap.add_argument("--root", type=Path, help="checkout to measure (e.g. a `git archive HEAD` "
+                    "with its extensions built in place), put first on the children's path")
     args = ap.parse_args()
     work = args.work_dir.resolve()
     work.mkdir(parents=True, exist_ok=True)
     python = args.python if args.python.is_file() else Path(sys.executable)
     msprobe = None if args.no_msprobe else make_large_pair.find_msprobe(args.msprobe)
-    print(f"ours: {bm.describe_checkout(REPO)}; msprobe: {msprobe}; cpus {os.cpu_count()}; "
+    env = bm.user_env()
+    root = args.root.resolve() if args.root else REPO
+    if args.root:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    print(f"ours: {bm.describe_checkout(root)}; msprobe: {msprobe}; cpus {os.cpu_count()}; "
           f"load {os.getloadavg()}")
     if args.growth:
-        growth(python, work, args.repeat)
+        growth(python, work, args.repeat, env)
         return
     if args.large:
         npu = make_large_pair.step_dir(work / "large", "bug")
@@ -191,7 +199,7 @@ def main() -> None:
     else:
         sys.exit("give --npu and --bench, --large or --growth")
     bm.prewarm(npu, bench)
-    runs = run_case(python, npu, bench, args.repeat, msprobe, work, args.modes.split(","))
+    runs = run_case(python, npu, bench, args.repeat, msprobe, work, args.modes.split(","), env)
     table = report(runs)
     print(f"load average at the end: {os.getloadavg()}")
     if args.json:

@@ -30,6 +30,23 @@ class AccuracyResults:
         self.nonfinite: dict[str, Any] | None = None
         self.first: dict[str, Any] | None = None
         self.outcomes: dict[str, int] = {}
+        # Collection order, so that group records (which xdist delivers as workers finish)
+        # come out in the same order as in a serial run: the same JSON document either way.
+        self.positions: dict[str, int] = {}
+        self.group_ids: dict[int, str] = {}
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if session.items:  # empty on the xdist controller: the workers collect
+            self.positions = {item.nodeid: i for i, item in enumerate(session.items)}
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        if not self.positions:
+            self.positions = {nodeid: i for i, nodeid in enumerate(ids)}
+
+    def _in_order(self) -> None:
+        for records in self.groups.values():
+            records.sort(key=lambda r: self.positions.get(self.group_ids.get(id(r), ""), -1))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         for name, value in report.user_properties:
@@ -43,6 +60,7 @@ class AccuracyResults:
             self.nonfinite = record.get("first_nonfinite")
         elif "group" in record:
             self.groups.setdefault(record["group"], []).append(record)
+            self.group_ids[id(record)] = report.nodeid
         else:
             first = record.pop("first", None)
             if first and (self.first is None or _earlier(first, self.first)):
@@ -62,6 +80,7 @@ class AccuracyResults:
                 terminalreporter.write_line(line)
 
     def summary_lines(self) -> list[str]:
+        self._in_order()
         lines: list[str] = []
         if self.first:
             lines.append(_first_sentence(self.first))
@@ -104,6 +123,7 @@ class AccuracyResults:
             self.write_outputs(int(exitstatus), json_path, report_dir)
 
     def write_outputs(self, exitstatus: int, json_path: Any, report_dir: Any) -> None:
+        self._in_order()
         state = self.config.stash[STATE_KEY]
         summary: dict[str, Any] = {"first_divergence": _public_first(self.first),
                                    "first_nonfinite": self.nonfinite,
