@@ -120,9 +120,10 @@ _WHAT = {"L0": "modules only", "L1": "APIs only"}
 
 @contextmanager
 def _long_lived() -> Iterator[None]:
-    """The dump model lives as long as the session: built with the cyclic GC paused, then
-    frozen, so the collector does not walk its millions of objects again and again (tens of
-    seconds at 50,000 nodes, and every gc.collect() of pytest's own)."""
+    """The dump model lives as long as the session: built with the cyclic GC paused, so the
+    collector does not walk its millions of new objects again and again while they are made
+    (tens of seconds at 50,000 nodes).  Not gc.freeze(): frozen garbage keeps stale entries
+    of weak caches (matplotlib's, across pytester runs) alive."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -130,7 +131,6 @@ def _long_lived() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-    gc.freeze()
 
 
 def make_state(config: pytest.Config) -> SuiteState:
