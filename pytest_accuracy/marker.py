@@ -17,6 +17,7 @@ MARKER_KEYS: Mapping[str, str] = {
     "min_cosine": "compare: minimum cosine for every dtype",
     "min_matched": "compare: minimum share of NPU nodes that must find a bench counterpart",
     "dtype_aware": "compare: judge each tensor by its least precise upstream dtype",
+    "allow_precision": "compare: NPU:BENCH dtype pairs compared on purpose ('bfloat16:float32')",
     "first_loss_abs": "loss: first-step absolute error allowed (0.005)",
     "first_loss_rel": "loss: first-step relative error allowed (0.005)",
     "mean_abs": "loss: mean absolute error allowed (0.01)",
@@ -29,7 +30,8 @@ MARKER_KEYS: Mapping[str, str] = {
 
 MARKER_HELP = (
     "accuracy(*, npu=None, bench=None, npu_log=None, bench_logs=None, rel_err=None, "
-    "min_cosine=None, min_matched=None, first_loss_abs=0.005, first_loss_rel=0.005, "
+    "min_cosine=None, min_matched=None, allow_precision=None, first_loss_abs=0.005, "
+    "first_loss_rel=0.005, "
     "mean_abs=0.01, mean_rel=0.01, gnorm_rel=0.10, steps=None, relax_to_bench_noise=False): "
     "accuracy criteria and inputs for this test; the marker alone is an assertion when the "
     "test uses the acc_npu_log and acc_bench_logs fixtures. "

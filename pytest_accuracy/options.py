@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Kind = Literal["path", "paths", "globs", "float", "int", "int_set", "window", "choice", "flag"]
+Kind = Literal["path", "paths", "globs", "float", "int", "int_set", "window", "choice", "flag",
+               "dtype_pairs"]
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,11 @@ _FORMS = {
     "float": "a number, e.g. 0.01", "int": "an integer, e.g. 100",
     "int_set": "integers and ranges, e.g. '0,2-4'", "window": "'start:end', e.g. '100:2000'",
     "flag": "a flag (ini: true or false)",
+    "dtype_pairs": "NPU_DTYPE:BENCH_DTYPE pairs of float dtypes, e.g. 'bfloat16:float32'",
 }
+# float dtype names an --acc-allow-precision pair may use (numpy and torch spellings)
+_FLOAT_NAMES = {"float64", "double", "float32", "float", "float16", "half", "bfloat16",
+                "float8_e4m3fn", "float8_e5m2"}
 
 OPTIONS: tuple[Option, ...] = (
     Option("npu", "path", "NPU (device under test) msprobe dump: root, step dir, rank dir or "
@@ -60,6 +65,9 @@ OPTIONS: tuple[Option, ...] = (
            "counterpart (default 0.5)"),
     Option("no-dtype-aware", "flag", "compare: judge every float tensor with the float32 "
            "tolerance"),
+    Option("allow-precision", "dtype_pairs", "compare: NPU:BENCH dtype pairs compared on purpose, e.g. "
+           "'bfloat16:float32' (a bf16 run against an fp32 golden); any other precision change "
+           "at a node fails it"),
     Option("steps-select", "int_set", "only these steps of the dumps, e.g. '0,2-4'"),
     Option("ranks", "int_set", "only these ranks of the dumps, e.g. '0-7'"),
     Option("scope", "globs", "only NPU nodes matching this glob (repeatable), e.g. "
@@ -118,12 +126,24 @@ def parse_value(option: Option, value: Any, source: str) -> Any:
             return int(start), int(end)
         if option.kind == "flag":
             return parse_bool(value)
+        if option.kind == "dtype_pairs":
+            return _dtype_pairs(text)
     except ValueError:
         pass
     else:
         if text in option.choices:
             return text
     raise OptionValueError(f"{source}: expected {option.form}, got {text!r}")
+
+
+def _dtype_pairs(text: str) -> str:
+    for item in text.replace(";", ",").split(","):
+        npu, sep, bench = item.strip().partition(":")
+        names = {npu.strip().lower().removeprefix("torch."), bench.strip().lower()
+                 .removeprefix("torch.")}
+        if item.strip() and (not sep or not names <= _FLOAT_NAMES):
+            raise ValueError(item)
+    return text
 
 
 def parse_int_set(text: str) -> set[int]:

@@ -121,7 +121,17 @@ def compare_criteria(config: pytest.Config, marker: Mapping[str, Any] | None = N
         dtype_aware=dtype_aware,
         min_matched=min_matched if min_matched is not None else 0.5,
         waivers=load_waivers(waivers_path) if waivers_path else (),
+        allowed_precisions=_allowed_precisions(setting(config, "allow_precision", marker)),
     )
+
+
+def _allowed_precisions(value: Any) -> frozenset[tuple[str, str]]:
+    from pytest_accuracy.compare.findings import parse_allowed_precisions
+
+    try:
+        return parse_allowed_precisions(str(value) if value else None)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--acc-allow-precision: {exc}") from None
 
 
 _LOSS_FLOATS = ("first_loss_abs", "first_loss_rel", "mean_abs", "mean_rel", "gnorm_rel",

@@ -109,6 +109,7 @@ def test_unknown_marker_key_fails_at_collection(pytester: pytest.Pytester) -> No
 def test_accuracy_alias_rejects_unknown_keys_immediately() -> None:
     from pytest_accuracy import accuracy
 
-    with pytest.raises(TypeError, match=r"unknown key\(s\) mean_rell; valid keys: band_factor"):
+    with pytest.raises(TypeError,
+                       match=r"unknown key\(s\) mean_rell; valid keys: allow_precision, band_f"):
         accuracy(mean_rell=0.01)
     assert accuracy(mean_rel=0.01).mark.kwargs == {"mean_rel": 0.01}

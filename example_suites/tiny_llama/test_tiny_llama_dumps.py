@@ -14,7 +14,8 @@ from pytest_accuracy import accuracy
 DUMPS = Path(__file__).resolve().parents[2] / "example_data" / "dumps"
 
 
-@accuracy(npu=str(DUMPS / "pt_bf16" / "L1_tensor"), bench=str(DUMPS / "pt_fp32" / "L1_tensor"))
+@accuracy(npu=str(DUMPS / "pt_bf16" / "L1_tensor"), bench=str(DUMPS / "pt_fp32" / "L1_tensor"),
+          allow_precision="bfloat16:float32")  # a bf16 run against an fp32 golden, on purpose
 def test_bf16_autocast_stays_within_bf16_noise(acc_compare) -> None:  # type: ignore[no-untyped-def]
     acc_compare.assert_close()
     # every NPU node found its counterpart: a silently shrinking match would hide regressions

@@ -50,6 +50,10 @@ DEFAULT_TOLERANCES: Mapping[str, Tolerance] = {
 }
 
 
+# Twins are held to ROUNDING_EPS units of the dtype's epsilon in relative L2 error.
+ROUNDING_EPS = 2.0
+
+
 @dataclass(frozen=True)
 class Waiver:
     """A node-name or API pattern with a relaxed tolerance or a known divergence."""
@@ -74,14 +78,24 @@ class CompareCriteria:
     dtype_aware: bool = True  # False: judge every float tensor as float32
     min_matched: float = 0.5  # share of NPU nodes that must find a bench counterpart
     waivers: tuple[Waiver, ...] = ()
+    # (npu dtype, bench dtype) pairs the user declared intended, e.g. bf16 vs an fp32 golden
+    allowed_precisions: frozenset[tuple[str, str]] = frozenset()
+    rounding: bool = False  # twins: held to rounding level (see held_to_rounding)
 
     def tolerance(self, dtype: str) -> Tolerance:
+        if self.rounding and self.rel_err is None and self.min_cosine is None:
+            eps = FLOAT_EPS.get(dtype, FLOAT_EPS["float32"])
+            return Tolerance(rel_err=ROUNDING_EPS * eps, min_cosine=1.0 - 2 * ROUNDING_EPS * eps)
         base = self.tolerances.get(dtype if self.dtype_aware else "float32")
         base = base or self.tolerances["float32"]
         return Tolerance(
             rel_err=self.rel_err if self.rel_err is not None else base.rel_err,
             min_cosine=self.min_cosine if self.min_cosine is not None else base.min_cosine,
         )
+
+    def held_to_rounding(self) -> CompareCriteria:
+        """After a step identical between the runs: about one unit in the last place."""
+        return replace(self, rounding=True)
 
     def waiver_for(self, node_name: str, op: str) -> Waiver | None:
         return next((w for w in self.waivers if w.matches(node_name, op)), None)
@@ -103,6 +117,7 @@ class CompareCriteria:
             "dtype_aware": self.dtype_aware,
             "min_matched": self.min_matched,
             "waivers": [vars(w) for w in self.waivers],
+            "allowed_precisions": [f"{a}:{b}" for a, b in sorted(self.allowed_precisions)],
         }
 
 

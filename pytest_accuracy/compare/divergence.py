@@ -13,11 +13,12 @@ from pytest_accuracy.dumps.model import TensorRecord
 
 @dataclass(frozen=True)
 class FirstDivergence:
-    """The earliest node (step, rank, execution order) where error appears.
+    """A node that makes an error of its own; the first divergence is the earliest one.
 
-    ``kind`` is ``"appears"`` when that node's inputs still match and its outputs do
-    not; ``"between"`` when the first failing node already had diverged inputs, i.e.
-    the error appeared in code the dump did not record, after ``previous``.
+    ``kind`` is ``"appears"`` when the node's inputs still match and its outputs do not
+    (or it changes precision, takes another argument, or computes wrongly from its own
+    inputs); ``"between"`` when its inputs already differ and no earlier node diverged:
+    the error entered through them from code the dump did not record, after ``previous``.
     """
 
     index: int
@@ -31,6 +32,8 @@ class FirstDivergence:
     previous: str | None = None
     likely_cause: str | None = None
     stack: str | None = None
+    finding: str | None = None  # precision | argument | local_error
+    twin_step: int | None = None  # an earlier step identical between the runs
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -44,53 +47,96 @@ class FirstDivergence:
             "previous": self.previous,
             "likely_cause": self.likely_cause,
             "stack": self.stack,
+            "finding": self.finding,
+            "twin_step": self.twin_step,
         }
 
     def sentence(self) -> str:
-        where = f"step {self.step}, rank {self.rank}"
-        if self.kind == "appears":
-            text = f"First divergence: {self.npu_name} ({where}), {self.tensor}: {self.reason}"
-        else:
-            text = (
-                f"First divergence between {self.previous or 'the start of the run'} and "
-                f"{self.npu_name} ({where}): the error appeared in code the dump did not "
-                f"record; {self.tensor}: {self.reason}"
-            )
-        if self.likely_cause:
-            text += f". Likely cause: {self.likely_cause}"
-        return text
+        return divergence_sentence(self.as_dict())
+
+
+def divergence_sentence(first: dict[str, Any]) -> str:
+    """The summary's sentence for a first divergence (also rebuilt from JSON records)."""
+    where = f"step {first['step']}, rank {first['rank']}"
+    if first.get("kind") == "between":
+        after = first.get("previous") or f"the start of step {first['step']}"
+        text = (f"First divergence between {after} and {first['npu_name']} ({where}): the "
+                f"error entered through its inputs from code the dump did not record; "
+                f"{first['tensor']}: {first['reason']}.")
+    else:
+        text = f"First divergence: {first['npu_name']} ({where}), {first['tensor']}: " \
+               f"{first['reason']}."
+    if first.get("likely_cause"):
+        text += f" Likely cause: {first['likely_cause']}."
+    twin = first.get("twin_step")
+    if twin is not None:
+        text += (f" Step {twin} was identical between the runs (same weights, data and "
+                 f"deterministic kernels), so the difference was made by the update between "
+                 f"step {twin} and step {first['step']}: compare the optimizer settings (lr, "
+                 "betas, eps, weight decay and the parameters it applies to), gradient "
+                 "clipping and loss scaling.")
+    if first.get("stack"):
+        text += f" At {first['stack']}"
+    return text
 
 
 def find_first_divergence(cmp: Comparison, upto: int | None = None) -> FirstDivergence | None:
-    """Scan nodes in execution order (step, then rank, then call) up to ``upto``."""
+    """The earliest node (step, then rank, then call) that makes an error, up to ``upto``."""
     last = len(cmp) - 1 if upto is None else min(upto, len(cmp) - 1)
-    previous_pass: NodeResult | None = None
     for i in range(last + 1):
         result = cmp.node(i)
-        if result.status == "pass":
-            previous_pass = result
-        elif result.status == "fail":
-            return _describe(cmp.with_inputs(i), previous_pass)
+        if result.status == "fail":
+            return describe(cmp, cmp.with_inputs(i))
     return None
 
 
-def _describe(result: NodeResult, previous: NodeResult | None) -> FirstDivergence:
-    worst = result.failing_outputs[0]
-    cause = "; ".join(str(d) for d in result.scalar_diffs) or None
-    appears = result.inputs_ok
+def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
+    """How a node that makes an error of its own makes it."""
+    worst = result.failing_outputs[0] if result.failing_outputs else (
+        result.outputs[0] if result.outputs else None)
+    finding = result.findings[0] if result.findings else None
+    appears = finding is not None or (bool(result.inputs) and result.inputs_ok)
+    reason = worst.judgement.detail if worst is not None and not worst.ok else ""
+    if finding is not None:
+        reason = f"{finding.detail}; {reason}" if reason and finding.kind != "argument" \
+            else (reason or finding.detail)
+    if not appears:
+        reason = f"{reason} (differing inputs: {_differing_inputs(result)})"
     return FirstDivergence(
         index=result.index,
         npu_name=result.npu.name,
         bench_name=result.bench.name if result.bench else "",
         step=result.step,
         rank=result.rank,
-        tensor=worst.path,
+        tensor=worst.path if worst is not None else "",
         kind="appears" if appears else "between",
-        reason=worst.judgement.detail,
-        previous=None if appears or previous is None else previous.npu.name,
-        likely_cause=f"non-tensor argument differs ({cause})" if cause else None,
+        reason=reason,
+        previous=None if appears else _previous_name(cmp, result.index),
+        likely_cause=_likely_cause(result),
         stack=result.npu.stack_line(),
+        finding=finding.kind if finding is not None else None,
+        twin_step=result.twin_step,
     )
+
+
+def _likely_cause(result: NodeResult) -> str | None:
+    for finding in result.findings:
+        if finding.kind in ("argument", "precision"):
+            return finding.detail
+    return None
+
+
+def _differing_inputs(result: NodeResult) -> str:
+    bad = [t for t in result.inputs if not t.ok]
+    return ", ".join(f"{t.path} {t.judgement.detail}" for t in bad[:3]) or "none compared"
+
+
+def _previous_name(cmp: Comparison, index: int) -> str | None:
+    if index == 0:
+        return None
+    dump, _ = cmp.entries[index]
+    prev_dump, prev = cmp.entries[index - 1]
+    return prev.name if (prev_dump.step, prev_dump.rank) == (dump.step, dump.rank) else None
 
 
 def evidence_lines(result: NodeResult) -> list[str]:

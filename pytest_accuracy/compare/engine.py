@@ -8,8 +8,12 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cached_property
 
+from pytest_accuracy.compare import provenance
 from pytest_accuracy.compare.criteria import CompareCriteria, less_precise
-from pytest_accuracy.compare.judge import compare_all, records_of, scalar_diffs, settle
+from pytest_accuracy.compare.diagnose import Context, diagnose
+from pytest_accuracy.compare.findings import scalar_diffs
+from pytest_accuracy.compare.judge import compare_all, records_of, settle
+from pytest_accuracy.compare.local import LocalError, local_error
 from pytest_accuracy.compare.pairing import Pairing, pair_by_name
 from pytest_accuracy.compare.results import NodeResult
 from pytest_accuracy.dumps.model import Call, Dump, DumpSet
@@ -59,7 +63,7 @@ class Comparison:
         known = self._done.get(index)
         if known is not None:  # the first-divergence scans ask for earlier nodes many times
             return known
-        self.effective_dtypes  # noqa: B018  (pairs and dtypes first, in this thread)
+        self.provenance  # noqa: B018  (pairs, dtypes and metadata facts first, in this thread)
         if self._workers <= 1:
             with self._lock:
                 if index not in self._futures:
@@ -97,7 +101,7 @@ class Comparison:
     def _add_inputs(self, result: NodeResult) -> None:
         assert result.bench is not None
         _, call = self.entries[result.index]
-        criteria = self.criteria.with_waiver(result.waiver)
+        criteria = self._criteria(result.index).with_waiver(result.waiver)
         dtype = self.effective_dtypes[result.index]
         inputs = call.input_tensors + call.parameters
         result.inputs = compare_all(inputs, result.bench, dtype, criteria)
@@ -127,15 +131,34 @@ class Comparison:
 
     @cached_property
     def effective_dtypes(self) -> list[str]:
-        """Per node, the least precise float dtype seen so far in either run (metadata only)."""
-        running = "float64"
+        """Per node, the least precise float dtype seen so far in its step and rank, in either
+        run (metadata only): a bf16 rank does not loosen another rank, so shards agree."""
+        running, where = "float64", (-1, -1)
         out = []
-        for i, (_, call) in enumerate(self.entries):
+        for i, (dump, call) in enumerate(self.entries):
+            if (dump.step, dump.rank) != where:
+                running, where = "float64", (dump.step, dump.rank)
             bench = self.bench_call(i)
             for rec in records_of(call) + (records_of(bench) if bench else []):
                 running = less_precise(running, rec.dtype)
             out.append(running)
         return out
+
+    @cached_property
+    def provenance(self) -> provenance.Provenance:
+        """Run-wide metadata facts (findings, divergence flags, producers, twins)."""
+        return provenance.build(
+            self.entries, self.bench_call, self._bench_framework, self.effective_dtypes,
+            self.criteria,
+        )
+
+    def _bench_framework(self, dump: Dump) -> str:
+        bench = self.bench.dumps.get((dump.step, dump.rank))
+        return bench.framework if bench is not None else ""
+
+    def _criteria(self, index: int) -> CompareCriteria:
+        twin = self.provenance.twin_step[index]
+        return self.criteria.held_to_rounding() if twin is not None else self.criteria
 
     def _compute(self, index: int) -> NodeResult:
         dump, call = self.entries[index]
@@ -146,8 +169,10 @@ class Comparison:
             return result
         waiver = self.criteria.waiver_for(call.name, call.op)
         result.waiver = waiver
-        criteria = self.criteria.with_waiver(waiver)
+        criteria = self._criteria(index).with_waiver(waiver)
         dtype = self.effective_dtypes[index]
+        result.tolerance = criteria.tolerance(dtype)
+        result.twin_step = self.provenance.twin_step[index]
         try:
             result.outputs = compare_all(call.output_tensors, bench, dtype, criteria)
             if self.inputs_mode == "all":
@@ -155,8 +180,12 @@ class Comparison:
         except AccuracyInputError as exc:
             result.status, result.reason = "error", str(exc)
             return result
-        result.scalar_diffs = scalar_diffs(call, bench)
+        same_framework = dump.framework == self._bench_framework(dump)
+        result.scalar_diffs = scalar_diffs(call, bench, same_framework)
         settle(result)
+        if result.status not in ("pass", "fail"):
+            return result
+        result.findings = list(self.provenance.findings[index])
         why = self._incomparable_backward(dump, call, bench) if result.status == "fail" else None
         if why is not None:
             result.status = "skip"
@@ -166,7 +195,52 @@ class Comparison:
                 f"{dump.framework} records; compare gradients at module level (L0/mix) "
                 f"instead ({why})"
             )
+            return result
+        diagnose(result, self._context)
         return result
+
+    @cached_property
+    def _context(self) -> Context:
+        return Context(self._earlier_divergence, self._repeat_of, self._inside_divergence,
+                       self._safe_inputs, self._local_error)
+
+    def _repeat_of(self, index: int) -> str | None:
+        same = self.provenance.repeat_of.get(index)
+        if same is None:
+            return None
+        dump, call = self.entries[same]
+        return f"{call.name} (step {dump.step}, rank {dump.rank})"
+
+    def _safe_inputs(self, result: NodeResult) -> None:
+        if result.inputs_checked:
+            return
+        try:
+            self._add_inputs(result)
+        except AccuracyInputError as exc:
+            result.status, result.reason = "error", str(exc)
+
+    def _earlier_divergence(self, result: NodeResult) -> str | None:
+        """An earlier node that produced one of this node's differing inputs, else the first
+        node flagged from metadata before it; None when nothing diverged before."""
+        index = result.index
+        dump = self.entries[index][0]
+        differing = [t.npu for t in result.inputs if not t.ok]
+        for record in differing:
+            producer = self.provenance.producer_of(dump, record, index)
+            if producer is not None:
+                return self.entries[producer][1].name
+        first = self.provenance.first_flag_before[index]
+        return self.entries[first][1].name if first is not None else None
+
+    def _inside_divergence(self, index: int) -> str | None:
+        inner = self.provenance.flagged_inside.get(index)
+        return self.entries[inner][1].name if inner is not None else None
+
+    def _local_error(self, result: NodeResult) -> LocalError | str:
+        dump, call = self.entries[result.index]
+        assert result.bench is not None
+        band = result.tolerance.rel_err if result.tolerance is not None else 1e-4
+        return local_error(call, result.bench, dump.framework, self._bench_framework(dump), band)
 
     def _incomparable_backward(self, dump: Dump, call: Call, bench: Call) -> str | None:
         """Why a cross-framework API backward pair is not comparable (align.py decides)."""

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from pytest_accuracy.compare.criteria import Judgement, Waiver
+from pytest_accuracy.compare.criteria import Judgement, Tolerance, Waiver
 from pytest_accuracy.compare.metrics import StatsMetrics, TensorMetrics
 from pytest_accuracy.dumps.model import Call, TensorRecord
+
+if TYPE_CHECKING:
+    from pytest_accuracy.compare.local import LocalError
 
 
 @dataclass
@@ -36,6 +40,14 @@ class ScalarDiff:
         return f"{self.path}: {self.npu_value!r} vs bench {self.bench_value!r}"
 
 
+@dataclass(frozen=True)
+class Finding:
+    """Why a node makes an error of its own; ``kind`` names the rule, ``detail`` the evidence."""
+
+    kind: str  # precision | argument | local_error
+    detail: str
+
+
 @dataclass
 class NodeResult:
     """The verdict for one NPU node."""
@@ -45,17 +57,29 @@ class NodeResult:
     rank: int
     npu: Call
     bench: Call | None
-    status: str  # pass | fail | unmatched | skip | error | waived
+    # pass | fail (makes an error of its own) | carried (only carries an earlier one)
+    # | unmatched | skip | error | waived
+    status: str
     reason: str = ""
     inputs: list[TensorComparison] = field(default_factory=list)
     outputs: list[TensorComparison] = field(default_factory=list)
     scalar_diffs: list[ScalarDiff] = field(default_factory=list)
     waiver: Waiver | None = None
     inputs_checked: bool = False
+    findings: list[Finding] = field(default_factory=list)
+    local: LocalError | None = None
+    local_note: str = ""  # why local error was not measured
+    carried_from: str | None = None  # the earlier divergence this node carries
+    tolerance: Tolerance | None = None
+    twin_step: int | None = None  # an earlier step identical between the runs
 
     @property
     def inputs_ok(self) -> bool:
         return all(t.ok for t in self.inputs)
+
+    @property
+    def inputs_identical(self) -> bool:
+        return all(t.ok and getattr(t.metrics, "max_abs_err", 1.0) == 0 for t in self.inputs)
 
     @property
     def failing_outputs(self) -> list[TensorComparison]:

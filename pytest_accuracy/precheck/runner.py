@@ -13,6 +13,8 @@ from pytest_accuracy.dumps.model import Call, Dump, DumpSet, TensorRecord
 from pytest_accuracy.errors import MissingExtraError
 from pytest_accuracy.precheck.args import Bound, Unsupported, rebuild
 from pytest_accuracy.precheck.budget import allocation_over_budget
+from pytest_accuracy.precheck.casting import autocast_dtype as _autocast_dtype
+from pytest_accuracy.precheck.casting import to_reference as _to_reference
 from pytest_accuracy.precheck.executors import (
     DeviceJob,
     Executor,
@@ -28,8 +30,6 @@ from pytest_accuracy.precheck.grads import (
     recorded_grads_problem,
 )
 from pytest_accuracy.precheck.inputs import (
-    is_float,
-    numpy_dtype,
     source_for,
     tensor_value,
     upcast,
@@ -180,32 +180,6 @@ def _bind(case: PrecheckCase, spec: ApiSpec, call: Call) -> tuple[Bound, dict[st
             dtypes.setdefault(name, record.dtype)
             requires.setdefault(name, record.requires_grad)
     return Bound(values, dtypes), requires
-
-
-def _autocast_dtype(call: Call) -> np.dtype[Any] | None:
-    """The dtype autocast ran an API in: a bf16/fp16 output from wider float inputs.
-
-    Autocast casts the inputs before the kernel runs, so the reference starts from the
-    inputs rounded to that dtype: the kernel under test never saw the fp32 values.
-    """
-    outs = [r.dtype for r in call.output_tensors if r.dtype in ("bfloat16", "float16")]
-    ins = {r.dtype for r in call.input_tensors if r.dtype.startswith(("float", "bfloat"))}
-    if outs and ins & {"float32", "float64"} and ins <= {outs[0], "float32", "float64"}:
-        return numpy_dtype(outs[0])
-    return None
-
-
-def _to_reference(bound: Bound, autocast: np.dtype[Any] | None = None) -> Bound:
-    def conv(value: object) -> object:
-        if isinstance(value, np.ndarray):
-            if autocast is not None and is_float(value):
-                value = value.astype(autocast)
-            return upcast(value, np.dtype(np.float64))
-        if isinstance(value, list):
-            return [conv(v) for v in value]
-        return value
-
-    return Bound({k: conv(v) for k, v in bound.values.items()}, bound.dtypes)
 
 
 def _reference(fn: Any, *args: Any) -> Any:

@@ -39,12 +39,20 @@ def node_record(result: NodeResult, first: FirstDivergence | None) -> dict[str, 
         "first_divergence": first is not None and first.index == result.index,
         "waiver": result.waiver.reason if result.waiver else None,
         "scalar_diffs": [str(d) for d in result.scalar_diffs],
+        "finding": result.findings[0].kind if result.findings else None,
+        "findings": [{"kind": f.kind, "detail": f.detail} for f in result.findings],
+        "local_error": result.local.as_dict() if result.local is not None else None,
+        "carried_from": result.carried_from,
+        "tolerance": vars(result.tolerance) if result.tolerance is not None else None,
+        "twin_step": result.twin_step,
         "rows": [tensor_row(result, t) for t in result.inputs + result.outputs],
     }
     record.update(_metric_fields(worst))
     record["parent"] = result.npu.parent  # construct.json: the report's module tree
     if result.status in ("fail", "pass") and worst is not None and not worst.ok:
         record["reason"] = worst.judgement.detail
+    if result.status == "fail" and not record["reason"] and result.findings:
+        record["reason"] = result.findings[0].detail
     return record
 
 

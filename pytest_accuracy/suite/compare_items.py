@@ -11,8 +11,8 @@ import pytest
 from pytest_accuracy.compare import Comparison, NodeResult
 from pytest_accuracy.compare.divergence import (
     FirstDivergence,
+    describe,
     evidence_lines,
-    find_first_divergence,
     find_first_nonfinite,
 )
 from pytest_accuracy.report.records import node_record
@@ -47,27 +47,36 @@ class CompareItem(AccuracyItem):
     def runtest(self) -> None:
         cmp = self.config.stash[STATE_KEY].comparison
         result = cmp.node(self.index, ahead=self.stash.get(AHEAD_KEY, None))
-        first = find_first_divergence(cmp, upto=self.index) if result.status == "fail" else None
-        record = node_record(result, first)
+        # Each failing node describes itself; the controller picks the earliest (xdist-safe).
+        own = describe(cmp, cmp.with_inputs(self.index)) if result.status == "fail" else None
+        record = node_record(result, own)
         record["order"] = self.index
-        if first is not None:
-            record["first"] = {**first.as_dict(), "index": first.index}
+        if own is not None:
+            record["first"] = {**own.as_dict(), "index": own.index}
         self.stash[RECORD_KEY] = record
         if result.status in ("unmatched", "skip"):
             pytest.skip(f"{result.status}: {result.reason}")
         if result.status == "waived":
             pytest.xfail(result.reason)
+        if result.status == "carried":
+            pytest.xfail(result.reason)
         if result.status == "error":
             raise AccuracyError([f"{result.npu.name}: {result.reason}"])
         if result.status == "fail":
-            raise AccuracyError(failure_lines(result, first))
+            raise AccuracyError(failure_lines(result, own))
 
 
 def failure_lines(result: NodeResult, first: FirstDivergence | None) -> list[str]:
     """The failure message: what mismatched, how much, where, and why it matters."""
     where = f"step {result.step}, rank {result.rank}"
     bench = result.bench.name if result.bench else "?"
-    lines = [f"Outputs of {result.npu.name} ({where}) are not close to bench {bench}!", ""]
+    if result.failing_outputs:
+        lines = [f"Outputs of {result.npu.name} ({where}) are not close to bench {bench}!", ""]
+    else:
+        lines = [f"{result.npu.name} ({where}) differs from bench {bench} in how it computes!",
+                 ""]
+    for finding in result.findings:
+        lines.append(f"{finding.kind}: {finding.detail}")
     for t in result.failing_outputs:
         lines.append(f"{t.path}: {t.judgement.detail}")
         m = t.metrics
@@ -76,20 +85,39 @@ def failure_lines(result: NodeResult, first: FirstDivergence | None) -> list[str
             lines.append(f"Greatest absolute difference: {getattr(m, 'max_abs_err', 0):.3g} "
                          f"at index {index}")
     lines.append("")
-    if first is not None and first.index == result.index:
-        lines.append("This is the FIRST DIVERGENT NODE: " + (
-            "its inputs match the bench and its outputs do not." if first.kind == "appears"
-            else f"its inputs already differ; the error appeared after {first.previous}."))
+    if first is not None:
+        lines.append("This node MAKES an error of its own: " + _how_made(first))
         if first.likely_cause:
             lines.append(f"Likely cause: {first.likely_cause}")
-    elif first is not None:
-        lines.append(f"Error carried in: the first divergence is {first.npu_name} "
-                     f"(step {first.step}, rank {first.rank}).")
+    if result.local is not None:
+        lines.append(f"Local error (output vs float64 replay of its own inputs): "
+                     f"{result.local.sentence()}")
+    elif result.local_note:
+        lines.append(f"Local error not measured: {result.local_note}")
     lines += ["", "Inputs vs outputs:", *evidence_lines(result)]
     stack = result.npu.stack_line()
     if stack:
         lines += ["", f"Stack: {stack}"]
     return lines
+
+
+_MADE_BY = {
+    "precision": "it computes in another precision than the bench from inputs of the same "
+                 "dtypes.",
+    "argument": "it is called with different non-tensor arguments.",
+    "local_error": "its outputs are further from a float64 replay of its own inputs than the "
+                   "bench's are.",
+}
+
+
+def _how_made(first: FirstDivergence) -> str:
+    if first.finding in _MADE_BY:
+        return _MADE_BY[first.finding]
+    if first.kind == "appears":
+        return "its inputs match the bench exactly and its outputs do not."
+    after = first.previous or f"the start of step {first.step}"
+    return (f"its inputs already differ and nothing dumped before it diverged; the error "
+            f"entered after {after}, through an input the dump did not see being made.")
 
 
 class CoverageItem(AccuracyItem):
@@ -112,11 +140,25 @@ class CoverageItem(AccuracyItem):
                 f"Nothing comparable matched: 0 of {total} NPU nodes found a bench counterpart.",
                 f"NPU {cmp.npu.framework} dump {cmp.npu.root}, bench {cmp.bench.framework} "
                 f"dump {cmp.bench.root}."])
+        comparable = sum(_has_common_output(cmp, i) for i in range(total))
+        if comparable == 0:
+            raise AccuracyError([
+                f"Nothing was compared: none of the {matched} matched NPU nodes has a tensor "
+                "output that the bench also recorded, so no accuracy was checked.",
+                f"NPU dump {cmp.npu.root}, bench dump {cmp.bench.root}."])
         if share < need:
             raise AccuracyError([
                 f"Only {matched} of {total} NPU nodes ({share:.1%}) found a bench counterpart "
                 f"(at least {need:.0%} required).",
                 "Unmatched nodes are skipped items; see the summary for the list."])
+
+
+def _has_common_output(cmp: Comparison, index: int) -> bool:
+    bench = cmp.bench_call(index)
+    if bench is None:
+        return False
+    theirs = {r.path for r in bench.output_tensors}
+    return any(r.path in theirs for r in cmp.entries[index][1].output_tensors)
 
 
 def _write_inferred_mapping(config: pytest.Config, cmp: Comparison) -> None:

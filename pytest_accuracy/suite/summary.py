@@ -80,15 +80,9 @@ class AccuracyResults:
                 terminalreporter.write_line(line)
 
     def summary_lines(self) -> list[str]:
+        """The accuracy section; its last sentence is the answer (the first divergence)."""
         self._in_order()
         lines: list[str] = []
-        if self.first:
-            lines.append(_first_sentence(self.first))
-        elif any(n["status"] == "fail" for n in self.nodes):
-            lines.append("Compare failed; the first divergent node was not among the items run.")
-        elif self.nodes:
-            passed = sum(n["status"] == "pass" for n in self.nodes)
-            lines.append(f"No divergence: {passed} compared nodes meet the criteria.")
         if self.nonfinite:
             n = self.nonfinite
             lines.append(f"First NaN/Inf on the NPU: {n['npu_name']} (step {n['step']}, rank "
@@ -107,6 +101,7 @@ class AccuracyResults:
 
         for group, records in sorted(self.groups.items()):
             lines += group_lines(group, records)
+        lines += compare_verdict_lines(self.nodes, self.first)
         return lines
 
     def verdict(self, exitstatus: int) -> str:
@@ -117,6 +112,12 @@ class AccuracyResults:
         config = session.config
         if hasattr(config, "workerinput"):
             return  # only the controller writes the one document
+        settle_nodes(self.nodes, self.first)
+        if any(n["status"] == "carried" for n in self.nodes) and session.exitstatus == 0:
+            # carried nodes are xfailed; the divergence they carry must still fail the run
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            exitstatus = int(session.exitstatus)
+        _sort_failures(config)
         json_path = config.getoption("acc_json") or config.getini("acc_json")
         report_dir = config.getoption("acc_report") or config.getini("acc_report")
         if json_path or report_dir:
@@ -172,27 +173,82 @@ def _earlier(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return (a["step"], a["rank"], a.get("index", 0)) < (b["step"], b["rank"], b.get("index", 0))
 
 
-def _first_sentence(first: dict[str, Any]) -> str:
-    where = f"step {first['step']}, rank {first['rank']}"
-    if first.get("kind") == "between":
-        text = (f"First divergence between {first.get('previous') or 'the start'} and "
-                f"{first['npu_name']} ({where}): the error appeared in code the dump did not "
-                f"record; {first['tensor']}: {first['reason']}.")
+def _order(node: dict[str, Any]) -> tuple[int, int, int]:
+    return (node["step"], node["rank"], node.get("order", 0))
+
+
+def settle_nodes(nodes: list[dict[str, Any]], first: dict[str, Any] | None) -> None:
+    """Where all records meet: mark the first divergence, and name for each carried node the
+    latest node before it that made an error of its own (workers only knew their share)."""
+    latest: str | None = None
+    for node in sorted(nodes, key=_order):
+        own = node["status"] == "fail" and node.get("first_divergence")
+        if first is not None:
+            node["first_divergence"] = bool(own) and (node["step"], node["rank"],
+                                                      node.get("order")) == (
+                first["step"], first["rank"], first.get("index"))
+        if own:
+            latest = node["npu_name"]
+        elif node["status"] == "carried" and latest is not None:
+            node["carried_from"] = latest
+
+
+def compare_verdict_lines(nodes: list[dict[str, Any]], first: dict[str, Any] | None) -> list[str]:
+    """How many nodes make, carry or escape a divergence; the first divergence comes last."""
+    if not nodes:
+        return []
+    count = {s: sum(n["status"] == s for n in nodes)
+             for s in ("pass", "fail", "carried", "error", "skip", "unmatched", "waived")}
+    lines = []
+    if count["carried"]:
+        lines.append(f"{count['carried']} nodes only carry an earlier divergence (xfailed: "
+                     "their inputs already differ and they add no error of their own).")
+    if first:
+        lines.append(_first_sentence(first))
+    elif count["fail"]:
+        lines.append("Compare failed; the first divergent node was not among the items run.")
+    elif count["error"] and not count["pass"]:
+        bad = next(n for n in nodes if n["status"] == "error")
+        lines.append(f"Nothing could be compared: {count['error']} of {len(nodes)} nodes could "
+                     f"not be read (first: {bad['npu_name']}: {_first_line(bad['reason'])}).")
+    elif count["pass"]:
+        lines.append(f"No divergence: all {count['pass']} compared nodes meet the criteria.")
     else:
-        text = f"First divergence: {first['npu_name']} ({where}), {first['tensor']}: " \
-               f"{first['reason']}."
-    if first.get("likely_cause"):
-        text += f" Likely cause: {first['likely_cause']}."
-    if first.get("stack"):
-        text += f" At {first['stack']}"
-    return text
+        lines.append(f"Nothing was compared: none of the {len(nodes)} NPU nodes had a tensor "
+                     "to compare with the bench (see the skip reasons).")
+    return lines
+
+
+def _first_sentence(first: dict[str, Any]) -> str:
+    from pytest_accuracy.compare.divergence import divergence_sentence
+
+    return divergence_sentence(first)
+
+
+def _sort_failures(config: pytest.Config) -> None:
+    """Failure blocks in execution order, also under xdist: the first divergence leads."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    failed = getattr(reporter, "stats", {}).get("failed") if reporter else None
+    if not failed:
+        return
+
+    def key(report: Any) -> tuple[int, int, int, int]:
+        for name, value in getattr(report, "user_properties", []):
+            if name == "accuracy":
+                record = json.loads(str(value))
+                if "step" in record and "order" in record:
+                    return (0, record["step"], record["rank"], record["order"])
+        return (1, 0, 0, 0)
+
+    failed.sort(key=key)
 
 
 def _public_first(first: dict[str, Any] | None) -> dict[str, Any] | None:
     if first is None:
         return None
     return {k: first.get(k) for k in ("npu_name", "bench_name", "step", "rank", "tensor",
-                                      "reason", "kind", "previous", "likely_cause", "stack")}
+                                      "reason", "kind", "previous", "likely_cause", "stack",
+                                      "finding", "twin_step")}
 
 
 def _inputs(config: pytest.Config) -> dict[str, Any]:

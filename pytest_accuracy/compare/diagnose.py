@@ -1,0 +1,94 @@
+"""Who made the error: decide from one node's own evidence whether it makes or carries it.
+
+The rules (DESIGN.md, "Diagnosis model"), in order:
+1. a precision change or a differing non-tensor argument is an error of the node's own,
+   whatever the value error;
+2. a local error clearly above the bench's (output vs a float64 replay of its own inputs)
+   is an error of the node's own, even inside the value band;
+3. outputs off while the inputs are bit-identical: the error appears here;
+4. otherwise (inputs differ, even inside the band, and no local error says the node is at
+   fault; or a module around an earlier divergence; or the same finding at the same node
+   as in an earlier step) it only *carries* an earlier error, when there is one; when
+   there is none, it is the first divergence: the error entered through its inputs (or
+   was amplified from input noise) where the dump did not record it.
+Every decision needs this node and facts known from metadata alone, so pytest-xdist
+workers decide their own share without reading the nodes of others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pytest_accuracy.compare.local import LocalError
+from pytest_accuracy.compare.results import Finding, NodeResult
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the node's process knows of the rest of the run."""
+
+    earlier_divergence: Callable[[NodeResult], str | None]  # a divergence before this node
+    repeat_of: Callable[[int], str | None]  # the same finding at this node in an earlier step
+    inside_divergence: Callable[[int], str | None]  # a divergence inside module node i
+    add_inputs: Callable[[NodeResult], None]
+    local_error: Callable[[NodeResult], LocalError | str]
+
+
+def diagnose(result: NodeResult, ctx: Context) -> None:
+    """Settle a judged node (status pass/fail) into pass, fail (own) or carried."""
+    inside = ctx.inside_divergence(result.index)
+    if inside is not None and (result.findings or result.status == "fail"):
+        _carry(result, inside, f"{inside} is recorded inside it")
+        return
+    if result.findings:
+        repeat = ctx.repeat_of(result.index)
+        if repeat is not None:
+            _carry(result, repeat, f"it repeats the same finding ({result.findings[0].detail})")
+        else:
+            result.status = "fail"
+        return
+    local = ctx.local_error(result)
+    if isinstance(local, LocalError):
+        result.local = local
+        if local.npu_makes_error:
+            result.findings.append(Finding(
+                "local_error",
+                f"its own computation is off: {local.sentence()}, replaying each side's "
+                "own inputs in float64",
+            ))
+            result.status = "fail"
+            return
+    else:
+        result.local_note = local
+    if result.status != "fail":
+        return
+    _own_or_carried(result, ctx)
+
+
+def _own_or_carried(result: NodeResult, ctx: Context) -> None:
+    ctx.add_inputs(result)
+    if result.status == "error" or (result.inputs and result.inputs_identical):
+        return
+    earlier = ctx.earlier_divergence(result)
+    if earlier is not None:
+        _carry(result, earlier, _input_difference(result))
+
+
+def _carry(result: NodeResult, origin: str, why: str) -> None:
+    result.status, result.carried_from = "carried", origin
+    local = f"; {result.local.sentence()}" if result.local is not None else ""
+    result.reason = f"carried from {origin}: {why} and it adds no error of its own{local}"
+
+
+def _input_difference(result: NodeResult) -> str:
+    """The worst differing input, in words."""
+    worst = max(result.inputs, key=lambda t: getattr(t.metrics, "rel_l2_err", 0.0) or 0.0,
+                default=None)
+    if worst is None:
+        return "it has no input of its own to compare"
+    if not worst.ok:
+        return f"its inputs already differ ({worst.path}: {worst.judgement.detail})"
+    rel = getattr(worst.metrics, "rel_l2_err", None)
+    size = f"relative error {rel:.3g}, " if isinstance(rel, float) else ""
+    return f"its inputs already differ from the bench's ({worst.path}: {size}within tolerance)"

@@ -1,0 +1,110 @@
+"""Errors a node makes whatever its value error: a precision change, a differing argument."""
+
+from __future__ import annotations
+
+import math
+
+from pytest_accuracy.compare.results import Finding, ScalarDiff
+from pytest_accuracy.dumps.model import Call, ScalarArg, is_float_dtype
+
+# Keyword arguments whose meaning is the same in MindSpore and PyTorch, so a difference
+# across frameworks is a finding; positional arguments are compared within a framework only.
+SHARED_KWARGS = frozenset({
+    "eps", "epsilon", "approximate", "p", "scale", "alpha", "beta", "negative_slope",
+    "momentum", "dropout_p", "is_causal", "keep_prob", "scale_value",
+})
+
+
+def parse_allowed_precisions(text: str | None) -> frozenset[tuple[str, str]]:
+    """``"bfloat16:float32,float16:float32"`` -> {(npu dtype, bench dtype), ...}."""
+    from pytest_accuracy.dumps.model import canonical_dtype
+
+    pairs = set()
+    for item in (text or "").replace(";", ",").split(","):
+        if not item.strip():
+            continue
+        npu, sep, bench = item.partition(":")
+        npu_dtype, bench_dtype = canonical_dtype(npu.strip()), canonical_dtype(bench.strip())
+        if not sep or not is_float_dtype(npu_dtype) or not is_float_dtype(bench_dtype):
+            raise ValueError(
+                f"expected NPU_DTYPE:BENCH_DTYPE pairs of float dtypes such as "
+                f"'bfloat16:float32', got {item.strip()!r}"
+            )
+        pairs.add((npu_dtype, bench_dtype))
+    return frozenset(pairs)
+
+
+def precision_finding(
+    npu: Call, bench: Call, allowed: frozenset[tuple[str, str]]
+) -> Finding | None:
+    """Same input dtypes on both sides, a different float output dtype: the node changed precision.
+
+    A node whose inputs already arrive in different dtypes only carries an earlier change;
+    so does a backward record, whose gradients take the dtypes of the forward tensors.
+    """
+    if npu.direction != "forward":
+        return None
+    bench_inputs = {r.path: r.dtype for r in bench.input_tensors + bench.parameters}
+    for record in npu.input_tensors + npu.parameters:
+        theirs = bench_inputs.get(record.path)
+        if theirs is not None and theirs != record.dtype:
+            return None
+    bench_outputs = {r.path: r.dtype for r in bench.output_tensors}
+    for record in npu.output_tensors:
+        theirs = bench_outputs.get(record.path)
+        if (
+            theirs is not None
+            and theirs != record.dtype
+            and is_float_dtype(record.dtype)
+            and is_float_dtype(theirs)
+            and (record.dtype, theirs) not in allowed
+        ):
+            return Finding(
+                "precision",
+                f"precision differs: npu {record.dtype} vs bench {theirs} ({record.path}) "
+                "from inputs of the same dtypes",
+            )
+    return None
+
+
+def scalar_diffs(npu: Call, bench: Call, same_framework: bool) -> list[ScalarDiff]:
+    """Non-tensor arguments recorded on both sides with different values."""
+    theirs = {a.path: a for a in bench.inputs if isinstance(a, ScalarArg)}
+    diffs = []
+    for arg in npu.scalar_inputs:
+        other = theirs.get(arg.path)
+        if other is None or same_value(arg.value, other.value):
+            continue
+        if same_framework or arg.path.rsplit(".", 1)[-1] in SHARED_KWARGS:
+            diffs.append(ScalarDiff(arg.path, arg.value, other.value))
+    return diffs
+
+
+def argument_finding(diffs: list[ScalarDiff], rel_err: float) -> Finding | None:
+    """A differing argument means different code, whatever the value error.
+
+    Floats within the node's tolerance of each other are left alone: a value computed from
+    data (a norm, a loss) differs by noise between any two runs, an eps or a scale does not.
+    """
+    material = [d for d in diffs if not _close_floats(d.npu_value, d.bench_value, rel_err)]
+    if not material:
+        return None
+    listed = "; ".join(str(d) for d in material)
+    return Finding("argument", f"non-tensor argument differs ({listed})")
+
+
+def same_value(a: object, b: object) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    return bool(a == b) and type(a) is type(b)
+
+
+def _close_floats(a: object, b: object, rel_err: float) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return False
+    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+        return False
+    if isinstance(a, int) and isinstance(b, int):
+        return False  # integers (dims, sizes, counts) are exact
+    scale = max(abs(a), abs(b))
+    return math.isfinite(scale) and abs(a - b) <= rel_err * scale

@@ -1,0 +1,131 @@
+"""Local error: each side's outputs against a float64 replay of that side's own inputs.
+
+A node whose NPU local error clearly exceeds the bench's *makes* an error, even inside the
+value band; a node whose inputs differ while its local error matches the bench's only
+carries one.  APIs replay through the precheck allow-list (its float64 references);
+modules through the standard layers whose inputs msprobe records in full (Linear,
+Embedding, activations).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from pytest_accuracy.compare import replay
+from pytest_accuracy.dumps.model import FLOAT_EPS, Call, TensorRecord
+from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.precheck.args import Unsupported
+from pytest_accuracy.precheck.registry import resolve
+
+# Replays cost a float64 pass over the node; past this many elements per side the node
+# keeps the value rule alone (and says so), so a huge dump's compare stays bounded.
+MAX_REPLAY_ELEMENTS = 1 << 24
+# NPU local error must exceed RATIO x the bench's, and a floor: FLOOR_EPS units of its
+# dtype's rounding and BAND_SHARE of the node's tolerance. Kernels that sum in another
+# order or accumulate a bf16 matmul in fp32 stay under it; a kernel bug using a tenth of
+# the value band, where later noise would hide it, does not.
+RATIO = 4.0
+FLOOR_EPS = 2.0
+BAND_SHARE = 0.1
+
+
+@dataclass(frozen=True)
+class LocalError:
+    """Relative L2 error of each side's output vs the float64 replay of its own inputs."""
+
+    npu: float
+    bench: float
+    tensor: str
+    dtype: str
+    band: float  # the node's relative-error tolerance
+
+    @property
+    def floor(self) -> float:
+        return max(FLOOR_EPS * FLOAT_EPS.get(self.dtype, FLOAT_EPS["float32"]),
+                   BAND_SHARE * self.band)
+
+    @property
+    def npu_makes_error(self) -> bool:
+        return self.npu > max(RATIO * self.bench, self.floor)
+
+    def as_dict(self) -> dict[str, float | str]:
+        return {"npu": self.npu, "bench": self.bench, "tensor": self.tensor}
+
+    def sentence(self) -> str:
+        return f"local error {self.npu:.3g} vs bench {self.bench:.3g} ({self.tensor})"
+
+
+
+def local_error(
+    npu: Call, bench: Call, npu_fw: str, bench_fw: str, band: float
+) -> LocalError | str:
+    """Both sides' local errors, or why they cannot be measured here."""
+    replay_npu, replay_bench = replayer(npu, npu_fw), replayer(bench, bench_fw)
+    if replay_npu is None or replay_bench is None:
+        return f"no float64 reference for {npu.prefix}.{npu.op}"
+    if not all(r.has_data for r in _records(npu) + _records(bench)):
+        return "no tensor data (statistics or md5 dump)"
+    if max(_elements(npu), _elements(bench)) > MAX_REPLAY_ELEMENTS:
+        return f"over {MAX_REPLAY_ELEMENTS} elements, not replayed"
+    try:
+        ours = _side_error(npu, replay_npu(npu))
+        theirs = _side_error(bench, replay_bench(bench))
+    except (Unsupported, ValueError, IndexError, TypeError, ArithmeticError) as exc:
+        return f"replay not possible: {exc}"
+    except AccuracyInputError as exc:
+        return f"replay not possible: {exc}"
+    if ours is None or theirs is None:
+        return "no float output to measure"
+    return LocalError(ours[0], theirs[0], ours[1], ours[2], band)
+
+
+def replayer(call: Call, framework: str) -> replay.Replay | None:
+    """The float64 replay of ``call``, or None where no reference exists."""
+    if call.direction != "forward":
+        return None
+    if call.kind == "api":
+        spec = resolve(framework, f"{call.prefix}.{call.op}")
+        return replay.api_replay(spec) if spec is not None else None
+    if call.kind == "module":
+        return replay.module_replay(call.op)
+    return None
+
+
+def _records(call: Call) -> list[TensorRecord]:
+    return call.input_tensors + call.parameters + call.output_tensors
+
+
+def _elements(call: Call) -> int:
+    return sum(r.numel for r in _records(call))
+
+
+def _side_error(call: Call, refs: list[np.ndarray]) -> tuple[float, str, str] | None:
+    """The worst relative L2 error over the float outputs the replay produced."""
+    worst: tuple[float, str, str] | None = None
+    for record, ref in zip(call.output_tensors, refs, strict=False):
+        if record.dtype not in FLOAT_EPS or ref is None:
+            continue
+        got = np.asarray(record.load(), dtype=np.float64)
+        want = np.asarray(ref, dtype=np.float64)
+        if got.size != want.size:
+            raise ValueError(f"replay gives {want.shape}, the dump records {got.shape}")
+        err = _rel_l2(got.reshape(-1), want.reshape(-1))
+        if worst is None or err > worst[0]:
+            worst = (err, record.path, record.dtype)
+    return worst
+
+
+def _rel_l2(got: np.ndarray, want: np.ndarray) -> float:
+    finite = np.isfinite(got) & np.isfinite(want)
+    if not finite.all():
+        if not np.array_equal(np.isfinite(got), np.isfinite(want)):
+            return math.inf
+        got, want = got[finite], want[finite]
+    norm = float(np.linalg.norm(want))
+    diff = float(np.linalg.norm(got - want))
+    if norm == 0.0:
+        return 0.0 if diff == 0.0 else math.inf
+    return diff / norm

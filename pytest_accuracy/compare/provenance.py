@@ -1,0 +1,131 @@
+"""Run-wide facts from metadata alone: where divergence shows, who produced each input.
+
+Built once per process from dump.json contents (dtypes, statistics, checksums, arguments)
+without reading a tensor file, so every pytest-xdist worker has the same facts and
+decides each of its nodes the same way as a serial run would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pytest_accuracy.compare.criteria import CompareCriteria
+from pytest_accuracy.compare.findings import (
+    argument_finding,
+    precision_finding,
+    scalar_diffs,
+)
+from pytest_accuracy.compare.judge import outputs_diverge_in_metadata
+from pytest_accuracy.compare.results import Finding
+from pytest_accuracy.compare.twins import identical_steps, twin_step_before
+from pytest_accuracy.dumps.model import Call, Dump, TensorRecord
+
+StatsKey = tuple[str, float | None, float | None, float | None, float | None]
+
+
+@dataclass
+class Provenance:
+    """Per node: metadata findings, a divergence flag, and who produced each input."""
+
+    findings: list[list[Finding]] = field(default_factory=list)
+    flagged: list[bool] = field(default_factory=list)
+    first_flag_before: list[int | None] = field(default_factory=list)
+    twin_step: list[int | None] = field(default_factory=list)
+    producers: dict[tuple[int, int, StatsKey], int] = field(default_factory=dict)
+    flagged_inside: dict[int, int] = field(default_factory=dict)  # module -> first descendant
+    repeat_of: dict[int, int] = field(default_factory=dict)  # node -> same finding, earlier
+
+    def producer_of(self, dump: Dump, record: TensorRecord, before: int) -> int | None:
+        """The earliest earlier node whose output has exactly this input's statistics."""
+        key = _stats_key(record)
+        if key is None:
+            return None
+        found = self.producers.get((dump.step, dump.rank, key))
+        return found if found is not None and found < before else None
+
+
+def build(
+    entries: list[tuple[Dump, Call]],
+    bench_call: Callable[[int], Call | None],
+    bench_framework: Callable[[Dump], str],
+    dtypes: list[str],
+    criteria: CompareCriteria,
+) -> Provenance:
+    """Scan every node's metadata once (O(nodes); no tensor is read)."""
+    prov = Provenance()
+    pairs = [(dump, call, bench_call(i)) for i, (dump, call) in enumerate(entries)]
+    identical = identical_steps(pairs)
+    first: int | None = None
+    seen: dict[tuple[str, str, tuple[str, ...]], int] = {}
+    for i, (dump, call, bench) in enumerate(pairs):
+        prov.first_flag_before.append(first)
+        twin = twin_step_before(identical, dump.step, dump.rank)
+        prov.twin_step.append(twin)
+        node_criteria = criteria.held_to_rounding() if twin is not None else criteria
+        found = node_findings(call, bench, dump.framework == bench_framework(dump), dtypes[i],
+                              node_criteria) if bench else []
+        prov.findings.append(found)
+        if found:
+            # the same change at the same kind of call (each bf16 Linear of an autocast run,
+            # each step's call of a mis-configured norm) is one cause, failed once
+            same = seen.setdefault((call.prefix, call.op, tuple(f.detail for f in found)), i)
+            if same != i:
+                prov.repeat_of[i] = same
+        flagged = bool(found) or (
+            bench is not None and outputs_diverge_in_metadata(call, bench, dtypes[i],
+                                                              node_criteria.with_waiver(None))
+        )
+        prov.flagged.append(flagged)
+        if flagged and first is None:
+            first = i
+        _index_outputs(prov, dump, call, i)
+    _index_containment(prov, entries)
+    return prov
+
+
+def node_findings(
+    npu: Call, bench: Call, same_framework: bool, dtype: str, criteria: CompareCriteria
+) -> list[Finding]:
+    """Precision and argument findings: decided from metadata, whatever the value error."""
+    found = []
+    precision = precision_finding(npu, bench, criteria.allowed_precisions)
+    if precision is not None:
+        found.append(precision)
+    diffs = scalar_diffs(npu, bench, same_framework)
+    argument = argument_finding(diffs, criteria.tolerance(dtype).rel_err) if diffs else None
+    if argument is not None:
+        found.append(argument)
+    return found
+
+
+def _index_outputs(prov: Provenance, dump: Dump, call: Call, index: int) -> None:
+    for record in call.output_tensors:
+        key = _stats_key(record)
+        if key is not None:
+            prov.producers.setdefault((dump.step, dump.rank, key), index)
+
+
+def _index_containment(prov: Provenance, entries: list[tuple[Dump, Call]]) -> None:
+    """For each module node, the earliest flagged node recorded inside it."""
+    where: dict[tuple[int, int, str], int] = {}
+    for i, (dump, call) in enumerate(entries):
+        if call.kind == "module":
+            where[(dump.step, dump.rank, call.name)] = i
+    parents = {(d.step, d.rank, c.name): c.parent for d, c in entries}
+    for i, (dump, call) in enumerate(entries):
+        if not prov.flagged[i]:
+            continue
+        parent, seen = call.parent, 0
+        while parent is not None and seen < 256:  # construct.json chains are shallow
+            module = where.get((dump.step, dump.rank, parent))
+            if module is not None and module > i:
+                prov.flagged_inside.setdefault(module, i)
+            parent, seen = parents.get((dump.step, dump.rank, parent)), seen + 1
+
+
+def _stats_key(record: TensorRecord) -> StatsKey | None:
+    s = record.stats
+    if s.max is None and s.norm is None:
+        return None
+    return (record.dtype, s.max, s.min, s.mean, s.norm)

@@ -1,0 +1,102 @@
+"""Float64 replays of one dumped call from its own recorded inputs (APIs and standard modules)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from pytest_accuracy.dumps.model import Call, TensorRecord
+from pytest_accuracy.precheck.args import Bound, Unsupported, rebuild
+from pytest_accuracy.precheck.casting import autocast_dtype, to_reference
+from pytest_accuracy.precheck.grads import param_of
+from pytest_accuracy.precheck.inputs import is_float, upcast
+from pytest_accuracy.precheck.registry import REFERENCES, ApiSpec
+
+Replay = Callable[[Call], list[np.ndarray]]
+
+
+def api_replay(spec: ApiSpec) -> Replay:
+    """Replay an allow-listed API: its recorded arguments, upcast, through its reference."""
+
+    def replay(call: Call) -> list[np.ndarray]:
+        # the precheck's own binding rules, so compare and precheck replay identically
+        args, kwargs = rebuild(call.inputs, _load)
+        dtypes: dict[str, str] = {}
+        for record in call.input_tensors:
+            name = param_of(spec.signature, record.path)
+            if name is not None:
+                dtypes.setdefault(name, record.dtype)
+        bound = Bound(spec.signature.bind(args, kwargs), dtypes)
+        with np.errstate(all="ignore"):
+            outputs = spec.ref.forward(to_reference(bound, autocast_dtype(call)))
+        return list(outputs)
+
+    return replay
+
+
+def _load(record: TensorRecord) -> np.ndarray:
+    return np.asarray(record.load())
+
+
+def _param(call: Call, name: str) -> np.ndarray | None:
+    for record in call.parameters:
+        if record.path.rsplit(".", 1)[-1] == name:
+            return np.asarray(record.load(), dtype=np.float64)
+    return None
+
+
+def _first_input(call: Call) -> np.ndarray:
+    tensors = call.input_tensors
+    if not tensors:
+        raise Unsupported("the module call records no tensor input")
+    value = np.asarray(tensors[0].load())
+    return upcast(value, np.dtype(np.float64)) if is_float(value) else value
+
+
+def _linear(call: Call) -> list[np.ndarray]:
+    weight = _param(call, "weight")
+    if weight is None:
+        raise Unsupported("Linear without a recorded weight")
+    bias = _param(call, "bias")
+    values: dict[str, Any] = {"input": _first_input(call), "weight": weight, "bias": bias}
+    return list(REFERENCES["linear"].forward(Bound(values, {})))
+
+
+def _embedding(call: Call) -> list[np.ndarray]:
+    weight = _param(call, "weight")
+    if weight is None:
+        raise Unsupported("Embedding without a recorded weight")
+    ids = np.asarray(call.input_tensors[0].load()) if call.input_tensors else None
+    if ids is None:
+        raise Unsupported("Embedding without recorded ids")
+    return list(REFERENCES["embedding"].forward(Bound({"input": ids, "weight": weight}, {})))
+
+
+def _unary(op: str) -> Replay:
+    def replay(call: Call) -> list[np.ndarray]:
+        return list(REFERENCES[op].forward(Bound({"input": _first_input(call)}, {})))
+
+    return replay
+
+
+_MODULES: dict[str, Replay] = {
+    "Linear": _linear,
+    "Dense": _linear,
+    "Embedding": _embedding,
+    "ReLU": _unary("relu"),
+    "SiLU": _unary("silu"),
+    "GELU": _unary("gelu"),
+    "Tanh": _unary("tanh"),
+    "Sigmoid": _unary("sigmoid"),
+}
+
+
+def module_replay(class_name: str) -> Replay | None:
+    """The replay of a standard layer by its class name, or None.
+
+    Only layers whose every input is recorded: msprobe does not record a norm layer's eps,
+    and a guessed eps would make a guess look like evidence, so norms keep the value rule.
+    """
+    return _MODULES.get(class_name)

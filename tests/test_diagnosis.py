@@ -1,0 +1,86 @@
+"""The diagnosis rules end to end (issue 10): local error, twins, nothing compared."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.helpers import dump
+
+
+def run(pytester: pytest.Pytester, npu: Path, bench: Path, *args: str) -> pytest.RunResult:
+    return pytester.runpytest(f"--acc-npu={npu}", f"--acc-bench={bench}", "-p", "no:cacheprovider",
+                              *args)
+
+
+def _scale(root: Path, step: int, name: str, factor: float) -> None:
+    """Scale one recorded tensor file of a copied MindSpore dump (its .npy data)."""
+    path = next((root / f"step{step}").iterdir()) / "dump_tensor_data" / f"{name}.npy"
+    data = np.load(path)
+    np.save(path, (data.astype(np.float64) * factor).astype(data.dtype))
+
+
+def test_local_error_inside_the_band_is_found(pytester: pytest.Pytester, copy_dump) -> None:  # type: ignore[no-untyped-def]
+    # rsqrt's output off by 3e-5: inside the fp32 band (1e-4), but its own inputs replayed in
+    # float64 say the NPU kernel made it; nothing downstream reads the changed file
+    npu = copy_dump("ms_fp32", "L1_tensor")
+    _scale(npu, 0, "Mint.rsqrt.0.forward.output.0", 1 + 3e-5)
+    result = run(pytester, npu, dump("ms_fp32", "L1_tensor"))
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([
+        "First divergence: Mint.rsqrt.0.forward (step 0, rank 0), output.0: its own computation "
+        "is off: local error 3e-05 vs bench *e-08 (output.0), replaying each side's own inputs "
+        "in float64.*"])
+    result.stdout.fnmatch_lines([
+        "This node MAKES an error of its own: its outputs are further from a float64 replay of "
+        "its own inputs than the bench's are."])
+    assert result.parseoutcomes()["failed"] == 1
+
+
+def test_twins_hold_the_next_step_to_rounding_and_blame_the_update(
+        pytester: pytest.Pytester, copy_dump) -> None:  # type: ignore[no-untyped-def]
+    # step 0 identical; in step 1 the embedding table differs by 2e-6 (an optimizer
+    # difference): far inside fp32's 1e-4, but twins are held to rounding level
+    npu = copy_dump("ms_fp32", "L1_tensor")
+    for tensor in ("input.0", "output.0"):
+        _scale(npu, 1, f"Functional.gather.0.forward.{tensor}", 1 + 2e-6)
+    result = run(pytester, npu, dump("ms_fp32", "L1_tensor"))
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([
+        "First divergence between the start of step 1 and Functional.gather.0.forward (step 1, "
+        "rank 0): the error entered through its inputs from code the dump did not record; "
+        "output.0: relative error 2e-06 (up to 2.38e-07 allowed)*Step 0 was identical between "
+        "the runs (same weights, data and deterministic kernels), so the difference was made by "
+        "the update between step 0 and step 1: compare the optimizer settings (lr, betas, eps, "
+        "weight decay and the parameters it applies to), gradient clipping and loss scaling.*"])
+    # without twins (step 0 differs too, by noise) 2e-6 is fp32 noise and passes
+    _scale(npu, 0, "Mint.rsqrt.0.forward.output.0", 1 + 1e-6)
+    noisy = run(pytester, npu, dump("ms_fp32", "L1_tensor"))
+    assert noisy.ret == 0, noisy.stdout.str()[-2000:]
+
+
+def _scalar_only_dump(root: Path) -> Path:
+    rank = root / "step0" / "rank0"
+    rank.mkdir(parents=True)
+    node = {"input_args": [{"type": "int", "value": 3}], "input_kwargs": {},
+            "output": [{"type": "int", "value": 3}]}
+    doc = {"task": "statistics", "level": "L1", "framework": "pytorch",
+           "dump_data_dir": None, "data": {"Torch.abs.0.forward": node}}
+    (rank / "dump.json").write_text(json.dumps(doc))
+    return root
+
+
+def test_a_compare_that_compared_no_tensor_fails(pytester: pytest.Pytester) -> None:
+    npu = _scalar_only_dump(pytester.path / "npu")
+    bench = _scalar_only_dump(pytester.path / "bench")
+    result = run(pytester, npu, bench)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([
+        "Nothing was compared: none of the 1 matched NPU nodes has a tensor output that the "
+        "bench also recorded, so no accuracy was checked.",
+    ])
+    result.stdout.fnmatch_lines(["Nothing was compared: none of the 1 NPU nodes had a tensor "
+                                 "to compare with the bench (see the skip reasons)."])
