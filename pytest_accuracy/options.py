@@ -65,9 +65,9 @@ OPTIONS: tuple[Option, ...] = (
            "counterpart (default 0.5)"),
     Option("no-dtype-aware", "flag", "compare: judge every float tensor with the float32 "
            "tolerance"),
-    Option("allow-precision", "dtype_pairs", "compare: NPU:BENCH dtype pairs compared on purpose, e.g. "
-           "'bfloat16:float32' (a bf16 run against an fp32 golden); any other precision change "
-           "at a node fails it"),
+    Option("allow-precision", "dtype_pairs", "compare: NPU:BENCH dtype pairs compared on "
+           "purpose, e.g. 'bfloat16:float32' (a bf16 run against an fp32 golden); any other "
+           "precision change at a node fails it"),
     Option("steps-select", "int_set", "only these steps of the dumps, e.g. '0,2-4'"),
     Option("ranks", "int_set", "only these ranks of the dumps, e.g. '0-7'"),
     Option("scope", "globs", "only NPU nodes matching this glob (repeatable), e.g. "

@@ -84,3 +84,27 @@ def test_a_compare_that_compared_no_tensor_fails(pytester: pytest.Pytester) -> N
     ])
     result.stdout.fnmatch_lines(["Nothing was compared: none of the 1 NPU nodes had a tensor "
                                  "to compare with the bench (see the skip reasons)."])
+
+
+def test_under_xdist_the_first_divergence_leads_the_failures_and_ends_the_summary(
+        pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    out = pytester.path / "acc.json"
+    result = pytester.runpytest_subprocess(
+        f"--acc-npu={dump('pt_bug', 'L0_tensor')}", f"--acc-bench={dump('pt_fp32', 'L0_tensor')}",
+        "-n", "2", "-p", "no:cacheprovider", f"--acc-json={out}")
+    assert result.ret == 1
+    text = result.stdout.str()
+    blocks = [line for line in text.splitlines() if line.startswith("_") and "accuracy::" in line]
+    assert "accuracy::compare::0/0/Module.layers.1.n1.RMSNorm.forward.0" in blocks[0]
+    section = text.split("= accuracy =")[1].splitlines()
+    last = [line for line in section if line and not line.startswith(("=", "FAILED"))][-1]
+    assert last.startswith("First divergence: Module.layers.1.n1.RMSNorm.forward.0 (step 0")
+    serial = pytester.path / "serial.json"
+    pytester.runpytest_subprocess(
+        f"--acc-npu={dump('pt_bug', 'L0_tensor')}", f"--acc-bench={dump('pt_fp32', 'L0_tensor')}",
+        "-p", "no:cacheprovider", f"--acc-json={serial}")
+    statuses = {(n["step"], n["npu_name"]): n["status"]
+                for n in json.loads(out.read_text())["compare"]["nodes"]}
+    assert statuses == {(n["step"], n["npu_name"]): n["status"]
+                        for n in json.loads(serial.read_text())["compare"]["nodes"]}

@@ -147,6 +147,7 @@ def _merged_compare(parts: Sequence[Part]) -> dict[str, Any] | None:
     nodes = sorted((n for c in compares for n in c.get("nodes") or []),
                    key=lambda n: (int(n["step"]), int(n["rank"])))
     first = _earliest(c.get("first_divergence") for c in compares)
+    _carry_across_shards(nodes)
     for node in nodes:
         # A part flags its own first divergence; only the earliest over all parts stays flagged.
         if "first_divergence" in node:
@@ -158,6 +159,22 @@ def _merged_compare(parts: Sequence[Part]) -> dict[str, Any] | None:
             "coverage": _summed_coverage(c.get("coverage") for c in compares),
             "nodes": nodes,
             "ranks": rank_table(nodes)}
+
+
+def _carry_across_shards(nodes: list[dict[str, Any]]) -> None:
+    """A shard cannot see divergence in the shards before it: a node that failed there only
+    because its inputs differed ("between", no finding of its own) carries the earlier
+    divergence, as in one run over all shards."""
+    latest: str | None = None
+    for node in nodes:
+        if node.get("status") != "fail":
+            continue
+        if latest is not None and node.get("divergence_kind") == "between" \
+                and not node.get("finding"):
+            node["status"], node["carried_from"] = "carried", latest
+            node["first_divergence"] = False
+        else:
+            latest = node.get("npu_name")
 
 
 def _earliest(candidates: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
@@ -257,14 +274,6 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
 
 def first_sentence(first: dict[str, Any]) -> str:
     """The first divergence in words, as the single-run summary puts it."""
-    where = f"step {first['step']}, rank {first['rank']}"
-    if first.get("kind") == "between":
-        text = (f"First divergence between {first.get('previous') or 'the start'} and "
-                f"{first['npu_name']} ({where}): the error appeared in code the dump did not "
-                f"record; {first['tensor']}: {first['reason']}.")
-    else:
-        text = (f"First divergence: {first['npu_name']} ({where}), {first['tensor']}: "
-                f"{first['reason']}.")
-    if first.get("likely_cause"):
-        text += f" Likely cause: {first['likely_cause']}."
-    return text
+    from pytest_accuracy.compare.divergence import divergence_sentence
+
+    return divergence_sentence(first)

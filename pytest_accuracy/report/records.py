@@ -37,6 +37,9 @@ def node_record(result: NodeResult, first: FirstDivergence | None) -> dict[str, 
         "method": worst.method if worst else None,
         "effective_dtype": worst.dtype if worst else None,
         "first_divergence": first is not None and first.index == result.index,
+        # appears | between, for a node that makes an error: a merge of shards relabels a
+        # shard's "between" as carried when an earlier shard already diverged
+        "divergence_kind": first.kind if first is not None else None,
         "waiver": result.waiver.reason if result.waiver else None,
         "scalar_diffs": [str(d) for d in result.scalar_diffs],
         "finding": result.findings[0].kind if result.findings else None,

@@ -20,6 +20,7 @@ from pytest_accuracy.settings import setting
 from pytest_accuracy.suite import RECORD_KEY, AccuracyError, AccuracyGroup, AccuracyItem
 from pytest_accuracy.suite.readahead import AHEAD_KEY
 from pytest_accuracy.suite.state import STATE_KEY
+from pytest_accuracy.text import escape_controls
 
 
 class CompareGroup(AccuracyGroup):
@@ -29,7 +30,7 @@ class CompareGroup(AccuracyGroup):
         for i, (dump, call) in enumerate(cmp.entries):
             if scopes and not any(fnmatch.fnmatchcase(call.name, s) for s in scopes):
                 continue
-            name = f"{dump.step}/{dump.rank}/{call.name}"
+            name = escape_controls(f"{dump.step}/{dump.rank}/{call.name}")
             yield CompareItem.from_parent(self, name=name, index=i)
         yield CoverageItem.from_parent(self, name="coverage")
         from pytest_accuracy.suite.gradient_items import gradient_items
@@ -55,11 +56,9 @@ class CompareItem(AccuracyItem):
             record["first"] = {**own.as_dict(), "index": own.index}
         self.stash[RECORD_KEY] = record
         if result.status in ("unmatched", "skip"):
-            pytest.skip(f"{result.status}: {result.reason}")
-        if result.status == "waived":
-            pytest.xfail(result.reason)
-        if result.status == "carried":
-            pytest.xfail(result.reason)
+            pytest.skip(escape_controls(f"{result.status}: {result.reason}"))
+        if result.status in ("waived", "carried"):
+            pytest.xfail(escape_controls(result.reason))
         if result.status == "error":
             raise AccuracyError([f"{result.npu.name}: {result.reason}"])
         if result.status == "fail":

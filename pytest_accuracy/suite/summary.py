@@ -17,6 +17,7 @@ from pytest_accuracy.report.document import (
     write_json,
 )
 from pytest_accuracy.suite.state import STATE_KEY
+from pytest_accuracy.text import escape_controls
 
 
 class AccuracyResults:
@@ -102,7 +103,7 @@ class AccuracyResults:
         for group, records in sorted(self.groups.items()):
             lines += group_lines(group, records)
         lines += compare_verdict_lines(self.nodes, self.first)
-        return lines
+        return [escape_controls(line) for line in lines]  # names come from other machines
 
     def verdict(self, exitstatus: int) -> str:
         checked = self.outcomes.get("passed", 0) + self.outcomes.get("failed", 0)
@@ -209,8 +210,9 @@ def compare_verdict_lines(nodes: list[dict[str, Any]], first: dict[str, Any] | N
         lines.append("Compare failed; the first divergent node was not among the items run.")
     elif count["error"] and not count["pass"]:
         bad = next(n for n in nodes if n["status"] == "error")
+        why = str(bad["reason"]).splitlines()[0] if bad["reason"] else "unreadable"
         lines.append(f"Nothing could be compared: {count['error']} of {len(nodes)} nodes could "
-                     f"not be read (first: {bad['npu_name']}: {_first_line(bad['reason'])}).")
+                     f"not be read (first: {bad['npu_name']}: {why}).")
     elif count["pass"]:
         lines.append(f"No divergence: all {count['pass']} compared nodes meet the criteria.")
     else:
