@@ -52,14 +52,10 @@ def test_twins_hold_the_next_step_to_rounding_and_blame_the_update(
     result.stdout.fnmatch_lines([
         "First divergence between the start of step 1 and Functional.gather.0.forward (step 1, "
         "rank 0): the error entered through its inputs from code the dump did not record; "
-        "output.0: relative error 2e-06 (up to 2.38e-07 allowed)*Step 0 was identical between "
+        "output.0: relative error 2e-06 (up to 2.38419e-07 allowed)*Step 0 was identical between "
         "the runs (same weights, data and deterministic kernels), so the difference was made by "
         "the update between step 0 and step 1: compare the optimizer settings (lr, betas, eps, "
         "weight decay and the parameters it applies to), gradient clipping and loss scaling.*"])
-    # without twins (step 0 differs too, by noise) 2e-6 is fp32 noise and passes
-    _scale(npu, 0, "Mint.rsqrt.0.forward.output.0", 1 + 1e-6)
-    noisy = run(pytester, npu, dump("ms_fp32", "L1_tensor"))
-    assert noisy.ret == 0, noisy.stdout.str()[-2000:]
 
 
 def _scalar_only_dump(root: Path) -> Path:

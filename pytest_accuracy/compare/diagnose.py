@@ -78,7 +78,7 @@ def _own_or_carried(result: NodeResult, ctx: Context) -> None:
 def _carry(result: NodeResult, origin: str, why: str) -> None:
     result.status, result.carried_from = "carried", origin
     local = f"; {result.local.sentence()}" if result.local is not None else ""
-    result.reason = f"carried from {origin}: {why} and it adds no error of its own{local}"
+    result.reason = f"{why} and it adds no error of its own{local}"
 
 
 def _input_difference(result: NodeResult) -> str:

@@ -167,6 +167,8 @@ def _carry_across_shards(nodes: list[dict[str, Any]]) -> None:
     divergence, as in one run over all shards."""
     latest: str | None = None
     for node in nodes:
+        if node.get("status") == "carried" and latest is not None:
+            node["carried_from"] = latest  # as one run's summary names it
         if node.get("status") != "fail":
             continue
         if latest is not None and node.get("divergence_kind") == "between" \

@@ -57,8 +57,10 @@ class CompareItem(AccuracyItem):
         self.stash[RECORD_KEY] = record
         if result.status in ("unmatched", "skip"):
             pytest.skip(escape_controls(f"{result.status}: {result.reason}"))
-        if result.status in ("waived", "carried"):
+        if result.status == "waived":
             pytest.xfail(escape_controls(result.reason))
+        if result.status == "carried":
+            pytest.xfail(escape_controls(f"carried from {result.carried_from}: {result.reason}"))
         if result.status == "error":
             raise AccuracyError([f"{result.npu.name}: {result.reason}"])
         if result.status == "fail":
