@@ -57,8 +57,8 @@ def compare_args(config: str) -> list[str]:
 def test_l1_compare_report_answers_where_how_bad_why(pytester: pytest.Pytester) -> None:
     text, tags = report(pytester, *compare_args("L1_tensor"))
     assert "<title>pytest-accuracy: FAIL</title>" in text
-    assert ("Compare: 1 of 244 NPU nodes fail; 197 carry an earlier error; first divergence <b>Tensor.__add__.5.forward</b> "
-            "(step 0, rank 0); 244 of 244 matched") in text
+    assert ("Compare: 1 of 244 NPU nodes fail; 197 carry an earlier error; first divergence "
+            "<b>Tensor.__add__.5.forward</b> (step 0, rank 0); 244 of 244 matched") in text
     assert ("<dt>likely cause</dt><dd><b>non-tensor argument differs (input.1: 1e-05 vs bench "
             "1e-06)</b></dd>") in text
     assert "<dt>stack</dt><dd><code>File " in text and "tinyllama_pt.py, line 34" in text
