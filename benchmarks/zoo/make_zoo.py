@@ -232,7 +232,8 @@ def matches(site: Site, level: str, got: dict[str, Any], clean: Path) -> bool:
 
 
 SUBSET = {"fp32_noise": ("L1",), "softmax_fp16": ("L1",), "ln_eps_bf16": ("L1",),
-          "weight_transposed": ("L1",), "lr_step1": ("L1",), "ln_eps": ("L0", "mix")}
+          "weight_transposed": ("L1",), "lr_step1": ("L1",), "ln_eps": ("L0", "mix"),
+          "mask_off_by_one": ("L0", "mix"), "embedding_fp32_in_bf16": ("mix",)}
 
 
 def export(out: Path, dest: Path, cases: list[str], nsteps: int) -> None:

@@ -6,7 +6,9 @@ The rules (DESIGN.md, "Diagnosis model"), in order:
 2. a local error clearly above the bench's (output vs a float64 replay of its own inputs)
    is an error of the node's own, even inside the value band;
 3. outputs off while the inputs are bit-identical: the error appears here;
-4. otherwise (inputs differ, even inside the band, and no local error says the node is at
+4. inputs that differ, computed by code a module runs between its recorded submodules
+   (L0 records modules only): that module made the error, the node carries it;
+5. otherwise (inputs differ, even inside the band, and no local error says the node is at
    fault; or a module around an earlier divergence; or the same finding at the same node
    as in an earlier step) it only *carries* an earlier error, when there is one; when
    there is none, it is the first divergence: the error entered through its inputs (or
@@ -33,6 +35,7 @@ class Context:
     inside_divergence: Callable[[int], str | None]  # a divergence inside module node i
     add_inputs: Callable[[NodeResult], None]
     local_error: Callable[[NodeResult], LocalError | str]
+    made_by: Callable[[int], str | None]  # the module whose own code computed its inputs
 
 
 def diagnose(result: NodeResult, ctx: Context) -> None:
@@ -69,6 +72,12 @@ def diagnose(result: NodeResult, ctx: Context) -> None:
 def _own_or_carried(result: NodeResult, ctx: Context) -> None:
     ctx.add_inputs(result)
     if result.status == "error" or (result.inputs and result.inputs_identical):
+        return
+    module = ctx.made_by(result.index)
+    own_parameters = [t for t in result.inputs if t.path.startswith("parameters") and not t.ok]
+    if module is not None and not own_parameters:
+        _carry(result, module, f"its inputs already differ, computed by {module}'s own code "
+               "between its recorded submodules")
         return
     earlier = ctx.earlier_divergence(result)
     if earlier is not None:

@@ -66,8 +66,9 @@ def divergence_sentence(first: dict[str, Any]) -> str:
     else:
         text = f"First divergence: {first['npu_name']} ({where}), {first['tensor']}: " \
                f"{first['reason']}."
-    if first.get("likely_cause"):
-        text += f" Likely cause: {first['likely_cause']}."
+    cause = first.get("likely_cause")
+    if cause and cause not in str(first.get("reason")):
+        text += f" Likely cause: {cause}."
     twin = first.get("twin_step")
     if twin is not None:
         text += (f" Step {twin} was identical between the runs (same weights, data and "
@@ -102,6 +103,10 @@ def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
             else (reason or finding.detail)
     if not appears:
         reason = f"{reason} (differing inputs: {_differing_inputs(result)})"
+    carrier = next((c for c, m in cmp.provenance.made_in.items() if m == result.index), None)
+    if carrier is not None:
+        reason += (f"; made by its own code between its recorded submodules "
+                   f"({cmp.entries[carrier][1].name} only carries it)")
     return FirstDivergence(
         index=result.index,
         npu_name=result.npu.name,
@@ -192,11 +197,17 @@ class FirstNonFinite:
 
 
 def find_first_nonfinite(cmp: Comparison) -> FirstNonFinite | None:
-    """First NPU node whose outputs hold NaN/Inf while its inputs are finite (from metadata)."""
-    for dump, call in cmp.entries:
+    """First NPU node whose outputs hold NaN/Inf from finite inputs (from metadata) where the
+    bench's same output is finite: a mask filled with -inf on both sides is by design."""
+    for index, (dump, call) in enumerate(cmp.entries):
         bad = [r for r in call.output_tensors if not _finite(r)]
-        if bad and all(_finite(r) for r in call.input_tensors + call.parameters):
-            return FirstNonFinite(call.name, dump.step, dump.rank, bad[0].path)
+        if not bad or not all(_finite(r) for r in call.input_tensors + call.parameters):
+            continue
+        bench = cmp.bench_call(index)
+        theirs = {r.path: r for r in bench.output_tensors} if bench is not None else {}
+        only_npu = [r for r in bad if r.path not in theirs or _finite(theirs[r.path])]
+        if only_npu:
+            return FirstNonFinite(call.name, dump.step, dump.rank, only_npu[0].path)
     return None
 
 

@@ -202,7 +202,7 @@ class Comparison:
     @cached_property
     def _context(self) -> Context:
         return Context(self._earlier_divergence, self._repeat_of, self._inside_divergence,
-                       self._safe_inputs, self._local_error)
+                       self._safe_inputs, self._local_error, self._made_by)
 
     def _repeat_of(self, index: int) -> str | None:
         same = self.provenance.repeat_of.get(index)
@@ -224,17 +224,26 @@ class Comparison:
         node flagged from metadata before it; None when nothing diverged before."""
         index = result.index
         dump = self.entries[index][0]
+        prov = self.provenance
         differing = [t.npu for t in result.inputs if not t.ok]
         for record in differing:
-            producer = self.provenance.producer_of(dump, record, index)
-            if producer is not None:
-                return self.entries[producer][1].name
-        first = self.provenance.first_flag_before[index]
-        return self.entries[first][1].name if first is not None else None
+            producer = prov.producer_of(dump, record, index)
+            if producer is not None and prov.origin(producer) != index:
+                return self.entries[prov.origin(producer)][1].name
+        first = prov.first_flag_before[index]
+        if first is None or prov.origin(first) == index:
+            return None
+        return self.entries[prov.origin(first)][1].name
 
     def _inside_divergence(self, index: int) -> str | None:
         inner = self.provenance.flagged_inside.get(index)
-        return self.entries[inner][1].name if inner is not None else None
+        if inner is None or self.provenance.origin(inner) == index:
+            return None
+        return self.entries[self.provenance.origin(inner)][1].name
+
+    def _made_by(self, index: int) -> str | None:
+        module = self.provenance.made_in.get(index)
+        return self.entries[module][1].name if module is not None else None
 
     def _local_error(self, result: NodeResult) -> LocalError | str:
         dump, call = self.entries[result.index]

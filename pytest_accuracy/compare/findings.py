@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from pytest_accuracy.compare.results import Finding, ScalarDiff
-from pytest_accuracy.dumps.model import Call, ScalarArg, is_float_dtype
+from pytest_accuracy.dumps.model import Call, ScalarArg, TensorRecord, is_float_dtype
 
 # Keyword arguments whose meaning is the same in MindSpore and PyTorch, so a difference
 # across frameworks is a finding; positional arguments are compared within a framework only.
@@ -35,20 +36,29 @@ def parse_allowed_precisions(text: str | None) -> frozenset[tuple[str, str]]:
 
 
 def precision_finding(
-    npu: Call, bench: Call, allowed: frozenset[tuple[str, str]]
+    npu: Call,
+    bench: Call,
+    allowed: frozenset[tuple[str, str]],
+    produced: Callable[[TensorRecord], bool] = lambda record: True,
 ) -> Finding | None:
-    """Same input dtypes on both sides, a different float output dtype: the node changed precision.
+    """A different float output dtype from inputs that arrive alike: the node changed precision.
 
-    A node whose inputs already arrive in different dtypes only carries an earlier change;
-    so does a backward record, whose gradients take the dtypes of the forward tensors.
+    An input that arrives in another dtype from an earlier recorded node carries that
+    node's change, and so does the output here; one that no recorded node produced (a
+    parameter or buffer stored in another dtype, the guide's embedding kept in float32)
+    brings the change in at this node.  Backward records take the forward's dtypes.
     """
     if npu.direction != "forward":
         return None
     bench_inputs = {r.path: r.dtype for r in bench.input_tensors + bench.parameters}
+    stored: list[str] = []
     for record in npu.input_tensors + npu.parameters:
         theirs = bench_inputs.get(record.path)
-        if theirs is not None and theirs != record.dtype:
+        if theirs is None or theirs == record.dtype:
+            continue
+        if produced(record) or (record.dtype, theirs) in allowed:
             return None
+        stored.append(f"{record.path} is npu {record.dtype} vs bench {theirs}")
     bench_outputs = {r.path: r.dtype for r in bench.output_tensors}
     for record in npu.output_tensors:
         theirs = bench_outputs.get(record.path)
@@ -59,10 +69,14 @@ def precision_finding(
             and is_float_dtype(theirs)
             and (record.dtype, theirs) not in allowed
         ):
+            source = (
+                f"; {', '.join(stored)}, stored so (no recorded node produced it)"
+                if stored else " from inputs of the same dtypes"
+            )
             return Finding(
                 "precision",
-                f"precision differs: npu {record.dtype} vs bench {theirs} ({record.path}) "
-                "from inputs of the same dtypes",
+                f"precision differs: npu {record.dtype} vs bench {theirs} ({record.path})"
+                + source,
             )
     return None
 

@@ -18,19 +18,28 @@ def outputs_diverge_in_metadata(
     npu: Call, bench: Call, dtype: str, criteria: CompareCriteria
 ) -> bool:
     """Do the outputs differ by their recorded checksums or statistics (no tensor is read)?"""
-    by_path = {r.path: r for r in bench.output_tensors}
-    for rec in npu.output_tensors:
+    return bool(diverging_in_metadata(npu.output_tensors, bench.output_tensors, dtype, criteria))
+
+
+def diverging_in_metadata(
+    records: list[TensorRecord], bench: list[TensorRecord], dtype: str, criteria: CompareCriteria
+) -> list[TensorRecord]:
+    """The records that differ from the bench's by checksum or statistics (no tensor is read)."""
+    by_path = {r.path: r for r in bench}
+    out = []
+    for rec in records:
         other = by_path.get(rec.path)
         if other is None:
             continue
         eff = less_precise(dtype, rec.dtype) if is_float_dtype(rec.dtype) else rec.dtype
         if rec.md5 is not None and other.md5 is not None:
-            if not judge_md5(rec.md5, other.md5).ok:
-                return True
-        elif not judge_stats(stats_metrics(rec.stats, other.stats), eff,
-                             criteria.tolerance(eff)).ok:
-            return True
-    return False
+            same = judge_md5(rec.md5, other.md5).ok
+        else:
+            same = judge_stats(stats_metrics(rec.stats, other.stats), eff,
+                               criteria.tolerance(eff)).ok
+        if not same:
+            out.append(rec)
+    return out
 
 
 def settle(result: NodeResult) -> None:

@@ -131,9 +131,13 @@ def stats_metrics(npu: Stats, bench: Stats) -> StatsMetrics:
     }
     if pairs["max"][0] is None or pairs["max"][1] is None:
         return StatsMetrics(status="missing_stats", **nonfinite)
-    diffs = {k: (a - b if a is not None and b is not None else None) for k, (a, b) in pairs.items()}
+    diffs = {k: _stat_diff(a, b) for k, (a, b) in pairs.items()}
     rels = {k: _rel(d, pairs[k][1]) for k, d in diffs.items()}
-    scale = max(abs(pairs["max"][1] or 0.0), abs(pairs["min"][1] or 0.0))
+    # the range that scales Max/Min/Mean: the finite ends only (a masked -inf Min must not
+    # make every other difference relative to infinity)
+    ends = [abs(v) for v in (pairs["max"][1], pairs["min"][1]) if v is not None
+            and math.isfinite(v)]
+    scale = max(ends, default=0.0)
     ranged = [abs(d) for k, d in diffs.items() if k != "norm" and d is not None]
     range_rel = _rel(max(ranged), scale) if ranged else None
     return StatsMetrics(
@@ -149,6 +153,17 @@ def stats_metrics(npu: Stats, bench: Stats) -> StatsMetrics:
         range_rel_err=range_rel,
         **nonfinite,
     )
+
+
+def _stat_diff(npu: float | None, bench: float | None) -> float | None:
+    """npu - bench; equal infinities (both -inf after a mask) and both NaN differ by 0."""
+    if npu is None or bench is None:
+        return None
+    if math.isfinite(npu) and math.isfinite(bench):
+        return npu - bench
+    if npu == bench or (math.isnan(npu) and math.isnan(bench)):
+        return 0.0
+    return math.inf
 
 
 def _rel(diff: float | None, ref: float | None) -> float | None:

@@ -16,9 +16,9 @@ from pytest_accuracy.compare.findings import (
     precision_finding,
     scalar_diffs,
 )
-from pytest_accuracy.compare.judge import outputs_diverge_in_metadata
+from pytest_accuracy.compare.judge import diverging_in_metadata, outputs_diverge_in_metadata
 from pytest_accuracy.compare.results import Finding
-from pytest_accuracy.compare.twins import identical_steps, twin_step_before
+from pytest_accuracy.compare.twins import identical_steps, same_record, twin_step_before
 from pytest_accuracy.dumps.model import Call, Dump, TensorRecord
 
 StatsKey = tuple[str, float | None, float | None, float | None, float | None]
@@ -35,6 +35,11 @@ class Provenance:
     producers: dict[tuple[int, int, StatsKey], int] = field(default_factory=dict)
     flagged_inside: dict[int, int] = field(default_factory=dict)  # module -> first descendant
     repeat_of: dict[int, int] = field(default_factory=dict)  # node -> same finding, earlier
+    made_in: dict[int, int] = field(default_factory=dict)  # node -> module whose code made it
+
+    def origin(self, index: int) -> int:
+        """The node that made the divergence first seen at ``index``."""
+        return self.made_in.get(index, index)
 
     def producer_of(self, dump: Dump, record: TensorRecord, before: int) -> int | None:
         """The earliest earlier node whose output has exactly this input's statistics."""
@@ -57,14 +62,18 @@ def build(
     pairs = [(dump, call, bench_call(i)) for i, (dump, call) in enumerate(entries)]
     identical = identical_steps(pairs)
     first: int | None = None
+    held: list[CompareCriteria] = []
+    changed: set[tuple[int, int]] = set()  # (step, rank) where an output dtype already differed
     seen: dict[tuple[str, str, tuple[str, ...]], int] = {}
     for i, (dump, call, bench) in enumerate(pairs):
         prov.first_flag_before.append(first)
         twin = twin_step_before(identical, dump.step, dump.rank)
         prov.twin_step.append(twin)
         node_criteria = criteria.held_to_rounding() if twin is not None else criteria
+        held.append(node_criteria.with_waiver(None))
+        produced = _produced_before(prov, dump, i, (dump.step, dump.rank) in changed)
         found = node_findings(call, bench, dump.framework == bench_framework(dump), dtypes[i],
-                              node_criteria) if bench else []
+                              node_criteria, produced) if bench else []
         prov.findings.append(found)
         if found:
             # the same change at the same kind of call (each bf16 Linear of an autocast run,
@@ -80,16 +89,24 @@ def build(
         if flagged and first is None:
             first = i
         _index_outputs(prov, dump, call, i)
+        if bench is not None and _output_dtype_differs(call, bench):
+            changed.add((dump.step, dump.rank))
     _index_containment(prov, entries)
+    _index_made_inside(prov, pairs, dtypes, held)
     return prov
 
 
 def node_findings(
-    npu: Call, bench: Call, same_framework: bool, dtype: str, criteria: CompareCriteria
+    npu: Call,
+    bench: Call,
+    same_framework: bool,
+    dtype: str,
+    criteria: CompareCriteria,
+    produced: Callable[[TensorRecord], bool] = lambda record: True,
 ) -> list[Finding]:
     """Precision and argument findings: decided from metadata, whatever the value error."""
     found = []
-    precision = precision_finding(npu, bench, criteria.allowed_precisions)
+    precision = precision_finding(npu, bench, criteria.allowed_precisions, produced)
     if precision is not None:
         found.append(precision)
     diffs = scalar_diffs(npu, bench, same_framework)
@@ -97,6 +114,20 @@ def node_findings(
     if argument is not None:
         found.append(argument)
     return found
+
+
+def _produced_before(
+    prov: Provenance, dump: Dump, index: int, after_change: bool
+) -> Callable[[TensorRecord], bool]:
+    """Whether an input of node ``index`` came from an earlier recorded node: its output by
+    statistics, or (views and splits change statistics) any input after an earlier node of
+    the step already changed dtype."""
+    return lambda record: after_change or prov.producer_of(dump, record, index) is not None
+
+
+def _output_dtype_differs(npu: Call, bench: Call) -> bool:
+    theirs = {r.path: r.dtype for r in bench.output_tensors}
+    return any(r.path in theirs and theirs[r.path] != r.dtype for r in npu.output_tensors)
 
 
 def _index_outputs(prov: Provenance, dump: Dump, call: Call, index: int) -> None:
@@ -122,6 +153,49 @@ def _index_containment(prov: Provenance, entries: list[tuple[Dump, Call]]) -> No
             if module is not None and module > i:
                 prov.flagged_inside.setdefault(module, i)
             parent, seen = parents.get((dump.step, dump.rank, parent)), seen + 1
+
+
+def _index_made_inside(
+    prov: Provenance,
+    pairs: list[tuple[Dump, Call, Call | None]],
+    dtypes: list[str],
+    held: list[CompareCriteria],
+) -> None:
+    """Flagged nodes whose differing inputs no recorded node produced, made by a module.
+
+    At L0 only modules are recorded: a Linear whose input differs, produced by code its
+    parent runs between its recorded submodules (a softmax, a scale, a mask), did not make
+    the error; the innermost enclosing module whose own inputs still agree did.
+    """
+    where = {(d.step, d.rank, c.name): i for i, (d, c, _) in enumerate(pairs)
+             if c.kind == "module"}
+    for i, (dump, call, bench) in enumerate(pairs):
+        if prov.first_flag_before[i] is not None:
+            break  # only the first divergence is placed; later ones carry it
+        if prov.findings[i] or bench is None:
+            continue
+        if diverging_in_metadata(call.parameters, bench.parameters, dtypes[i], held[i]):
+            continue  # its own parameters differ: the node itself is where it shows
+        # inputs computed by unrecorded code differ at all (noise the code amplified counts)
+        differing = _not_identical(call.input_tensors, bench.input_tensors)
+        if not differing or any(prov.producer_of(dump, r, i) is not None for r in differing):
+            continue
+        parent, depth = call.parent, 0
+        while parent is not None and depth < 256:  # construct.json chains are shallow
+            module = where.get((dump.step, dump.rank, parent))
+            if module is None or module < i:
+                break
+            _, outer, outer_bench = pairs[module]
+            if outer_bench is not None and not diverging_in_metadata(
+                    outer.input_tensors, outer_bench.input_tensors, dtypes[module], held[module]):
+                prov.made_in[i] = module
+                break
+            parent, depth = outer.parent, depth + 1
+
+
+def _not_identical(records: list[TensorRecord], bench: list[TensorRecord]) -> list[TensorRecord]:
+    by_path = {r.path: r for r in bench}
+    return [r for r in records if r.path in by_path and not same_record(r, by_path[r.path])]
 
 
 def _stats_key(record: TensorRecord) -> StatsKey | None:

@@ -9,7 +9,7 @@ decide it without reading tensor files.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from pytest_accuracy.dumps.model import Call, Dump, TensorRecord
 
@@ -36,19 +36,20 @@ def _same_call(npu: Call, bench: Call) -> bool:
     ours, theirs = _tensors(npu), _tensors(bench)
     if not ours or ours.keys() != theirs.keys():
         return False
-    if any(not _same_record(ours[p], theirs[p]) for p in ours):
+    if any(not same_record(ours[p], theirs[p]) for p in ours):
         return False
-    scalars: Callable[[Call], dict[str, object]] = lambda c: {  # noqa: E731
-        a.path: (type(a.value), a.value) for a in c.scalar_inputs
-    }
-    return scalars(npu) == scalars(bench)
+    return _scalars(npu) == _scalars(bench)
+
+
+def _scalars(call: Call) -> dict[str, object]:
+    return {a.path: (type(a.value), a.value) for a in call.scalar_inputs}
 
 
 def _tensors(call: Call) -> dict[str, TensorRecord]:
     return {r.path: r for r in call.input_tensors + call.parameters + call.output_tensors}
 
 
-def _same_record(a: TensorRecord, b: TensorRecord) -> bool:
+def same_record(a: TensorRecord, b: TensorRecord) -> bool:
     if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape) or a.md5 != b.md5:
         return False
     stats_a = (a.stats.max, a.stats.min, a.stats.mean, a.stats.norm)

@@ -88,7 +88,7 @@ def failure_lines(result: NodeResult, first: FirstDivergence | None) -> list[str
     lines.append("")
     if first is not None:
         lines.append("This node MAKES an error of its own: " + _how_made(first))
-        if first.likely_cause:
+        if first.likely_cause and all(f.detail != first.likely_cause for f in result.findings):
             lines.append(f"Likely cause: {first.likely_cause}")
     if result.local is not None:
         lines.append(f"Local error (output vs float64 replay of its own inputs): "
@@ -103,8 +103,8 @@ def failure_lines(result: NodeResult, first: FirstDivergence | None) -> list[str
 
 
 _MADE_BY = {
-    "precision": "it computes in another precision than the bench from inputs of the same "
-                 "dtypes.",
+    "precision": "it computes in another precision than the bench from inputs that arrive "
+                 "in the same dtypes (or from a parameter stored in another dtype).",
     "argument": "it is called with different non-tensor arguments.",
     "local_error": "its outputs are further from a float64 replay of its own inputs than the "
                    "bench's are.",
