@@ -58,6 +58,18 @@ def test_twins_hold_the_next_step_to_rounding_and_blame_the_update(
         "weight decay and the parameters it applies to), gradient clipping and loss scaling.*"])
 
 
+def _restate(root: Path, step: int, node: str, arg: int) -> None:
+    """Rewrite one input's statistics in dump.json from its (changed) tensor file, as msprobe
+    would have recorded them."""
+    rank = next((root / f"step{step}").iterdir())
+    doc = json.loads((rank / "dump.json").read_text())
+    record = doc["data"][node]["input_args"][arg]
+    data = np.load(rank / "dump_tensor_data" / record["data_name"]).astype(np.float64)
+    record.update(Max=float(data.max()), Min=float(data.min()), Mean=float(data.mean()),
+                  Norm=float(np.linalg.norm(data)))
+    (rank / "dump.json").write_text(json.dumps(doc))
+
+
 def _scalar_only_dump(root: Path) -> Path:
     rank = root / "step0" / "rank0"
     rank.mkdir(parents=True)
@@ -104,3 +116,21 @@ def test_under_xdist_the_first_divergence_leads_the_failures_and_ends_the_summar
                 for n in json.loads(out.read_text())["compare"]["nodes"]}
     assert statuses == {(n["step"], n["npu_name"]): n["status"]
                         for n in json.loads(serial.read_text())["compare"]["nodes"]}
+
+
+def test_a_parameter_the_update_changed_fails_below_rounding_level(
+        pytester: pytest.Pytester, copy_dump) -> None:  # type: ignore[no-untyped-def]
+    # step 0 identical; in step 1 the embedding table read by gather differs by 1e-7 relative
+    # (an Adam eps of 1e-6 vs 1e-8 moves a first update about this much) and its output is
+    # unchanged: under every value tolerance, but after an identical step any change in a
+    # parameter no recorded node produced was made by the update
+    npu = copy_dump("ms_fp32", "L1_tensor")
+    _scale(npu, 1, "Functional.gather.0.forward.input.0", 1 + 1e-7)
+    _restate(npu, 1, "Functional.gather.0.forward", 0)
+    result = run(pytester, npu, dump("ms_fp32", "L1_tensor"))
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([
+        "First divergence: Functional.gather.0.forward (step 1, rank 0)*input.0 differs from "
+        "the bench's although step 0 was identical: the update between step 0 and step 1 "
+        "changed it differently*"])
+    assert result.parseoutcomes()["failed"] == 1

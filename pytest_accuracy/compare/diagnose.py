@@ -45,28 +45,34 @@ def diagnose(result: NodeResult, ctx: Context) -> None:
         _carry(result, inside, f"{inside} is recorded inside it")
         return
     if result.findings:
+        _measure_local(result, ctx)  # evidence beside the finding (whether the kernel is off)
         repeat = ctx.repeat_of(result.index)
         if repeat is not None:
             _carry(result, repeat, f"it repeats the same finding ({result.findings[0].detail})")
         else:
             result.status = "fail"
         return
-    local = ctx.local_error(result)
-    if isinstance(local, LocalError):
-        result.local = local
-        if local.npu_makes_error:
-            result.findings.append(Finding(
-                "local_error",
-                f"its own computation is off: {local.sentence()}, replaying each side's "
-                "own inputs in float64",
-            ))
-            result.status = "fail"
-            return
-    else:
-        result.local_note = local
+    local = _measure_local(result, ctx)
+    if local is not None and local.npu_makes_error:
+        result.findings.append(Finding(
+            "local_error",
+            f"its own computation is off: {local.sentence()}, replaying each side's own "
+            "inputs in float64",
+        ))
+        result.status = "fail"
+        return
     if result.status != "fail":
         return
     _own_or_carried(result, ctx)
+
+
+def _measure_local(result: NodeResult, ctx: Context) -> LocalError | None:
+    local = ctx.local_error(result)
+    if isinstance(local, LocalError):
+        result.local = local
+        return local
+    result.local_note = local
+    return None
 
 
 def _own_or_carried(result: NodeResult, ctx: Context) -> None:

@@ -71,9 +71,11 @@ def build(
         prov.twin_step.append(twin)
         node_criteria = criteria.held_to_rounding() if twin is not None else criteria
         held.append(node_criteria.with_waiver(None))
-        produced = _produced_before(prov, dump, i, (dump.step, dump.rank) in changed)
-        found = node_findings(call, bench, dump.framework == bench_framework(dump), dtypes[i],
-                              node_criteria, produced) if bench else []
+        found = _findings_at(
+            prov, i, dump, call, bench, twin if first is None else None,
+            dump.framework == bench_framework(dump), dtypes[i], node_criteria,
+            (dump.step, dump.rank) in changed,
+        )
         prov.findings.append(found)
         if found:
             # the same change at the same kind of call (each bf16 Linear of an autocast run,
@@ -96,6 +98,24 @@ def build(
     return prov
 
 
+def _findings_at(
+    prov: Provenance, index: int, dump: Dump, call: Call, bench: Call | None,
+    twin: int | None, same_framework: bool, dtype: str, criteria: CompareCriteria,
+    after_change: bool,
+) -> list[Finding]:
+    """One node's metadata findings: precision, argument; after an identical step (and
+    before any divergence), a parameter the update changed."""
+    if bench is None:
+        return []
+    found = node_findings(call, bench, same_framework, dtype, criteria,
+                          _produced_before(prov, dump, index, after_change))
+    if twin is not None and not found:
+        update = update_finding(call, bench, twin, dump.step,
+                                _produced_before(prov, dump, index, False))
+        found = [update] if update is not None else []
+    return found
+
+
 def node_findings(
     npu: Call,
     bench: Call,
@@ -114,6 +134,24 @@ def node_findings(
     if argument is not None:
         found.append(argument)
     return found
+
+
+def update_finding(
+    npu: Call, bench: Call, twin: int, step: int, produced: Callable[[TensorRecord], bool]
+) -> Finding | None:
+    """After an identical step, the first input no recorded node produced (a parameter)
+    that is not identical was changed by the update between the steps, however little."""
+    theirs = {r.path: r for r in bench.input_tensors + bench.parameters}
+    for record in npu.input_tensors + npu.parameters:
+        other = theirs.get(record.path)
+        if other is None or same_record(record, other) or produced(record):
+            continue
+        return Finding(
+            "update",
+            f"{record.path} differs from the bench's although step {twin} was identical: the "
+            f"update between step {twin} and step {step} changed it differently",
+        )
+    return None
 
 
 def _produced_before(
@@ -186,7 +224,9 @@ def _index_made_inside(
             if module is None or module < i:
                 break
             _, outer, outer_bench = pairs[module]
-            if outer_bench is not None and not diverging_in_metadata(
+            if outer_bench is None or _not_identical(outer.parameters, outer_bench.parameters):
+                break  # its parameters differ (an update, a load): they enter at the child
+            if not diverging_in_metadata(
                     outer.input_tensors, outer_bench.input_tensors, dtypes[module], held[module]):
                 prov.made_in[i] = module
                 break

@@ -163,18 +163,22 @@ def _merged_compare(parts: Sequence[Part]) -> dict[str, Any] | None:
 
 def _carry_across_shards(nodes: list[dict[str, Any]]) -> None:
     """A shard cannot see divergence in the shards before it: a node that failed there only
-    because its inputs differed ("between", no finding of its own) carries the earlier
-    divergence, as in one run over all shards."""
+    because its inputs differed ("between", no finding of its own) or because a parameter
+    changed after an identical step (an update, perhaps by the earlier divergence's gradients)
+    carries the earlier divergence, as in one run over all shards."""
     latest: str | None = None
     for node in nodes:
         if node.get("status") == "carried" and latest is not None:
             node["carried_from"] = latest  # as one run's summary names it
         if node.get("status") != "fail":
             continue
-        if latest is not None and node.get("divergence_kind") == "between" \
-                and not node.get("finding"):
+        # an update finding, too, holds only when nothing diverged earlier in the whole run
+        if latest is not None and (node.get("finding") == "update" or (
+                node.get("divergence_kind") == "between" and not node.get("finding"))):
             node["status"], node["carried_from"] = "carried", latest
             node["first_divergence"] = False
+            node["findings"] = [f for f in node.get("findings") or [] if f.get("kind") != "update"]
+            node["finding"] = node["findings"][0]["kind"] if node["findings"] else None
         else:
             latest = node.get("npu_name")
 

@@ -108,6 +108,8 @@ _MADE_BY = {
     "argument": "it is called with different non-tensor arguments.",
     "local_error": "its outputs are further from a float64 replay of its own inputs than the "
                    "bench's are.",
+    "update": "it reads a parameter that the update after an identical step changed "
+              "differently.",
 }
 
 
