@@ -193,8 +193,11 @@ class MindSporeExecutor(Executor):
             ms.set_device(target, int(index)) if index else ms.set_device(target)
         except (RuntimeError, ValueError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            message = f"precheck device {device!r}: MindSpore cannot use {target}: {first}"
-            raise ValueError(message) from exc
+            where = f"precheck device 'mindspore:{device}'"
+            raise ValueError(f"{where}: MindSpore cannot use {target}: {first}") from exc
+        # Synchronous ops: an asynchronous op's kernel error is raised again by later,
+        # unrelated calls, which would fail or skip the next cases.
+        ms.runtime.launch_blocking()
         from pytest_accuracy.precheck import ms_run
         from pytest_accuracy.precheck.ms_ops import MsEnv
 

@@ -1,9 +1,9 @@
 """Run one API with MindSpore (PyNative) in the dumped dtype: forward, and backward by vjp.
 
 The backward re-run is ``mindspore.vjp`` of the API with the dumped output gradients
-as the sensitivities, so it yields exactly the input gradients the dump recorded.
-MindSpore reports some kernel errors on a later call; every call is therefore synced
-(its outputs copied to numpy) inside the guard that turns a missing kernel into a skip.
+as the sensitivities, so it yields exactly the input gradients the dump recorded.  The
+executor runs MindSpore's ops synchronously (``launch_blocking``) so that a kernel error
+is raised by its own call, inside the guard that turns a missing kernel into a skip.
 """
 
 from __future__ import annotations
