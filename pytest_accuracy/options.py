@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
 Kind = Literal["path", "paths", "globs", "float", "int", "int_set", "window", "choice", "flag",
-               "dtype_pairs"]
+               "dtype_pairs", "device"]
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,10 @@ _FORMS = {
     "int_set": "integers and ranges, e.g. '0,2-4'", "window": "'start:end', e.g. '100:2000'",
     "flag": "a flag (ini: true or false)",
     "dtype_pairs": "NPU_DTYPE:BENCH_DTYPE pairs of float dtypes, e.g. 'bfloat16:float32'",
+    "device": "dump, cpu, cuda[:N], npu[:N], optionally prefixed torch: or mindspore: "
+              "(e.g. mindspore:cpu)",
 }
+_DEVICE = re.compile(r"dump|((torch|mindspore):)?(cpu|(cuda|npu|gpu)(:\d+)?)")
 # float dtype names an --acc-allow-precision pair may use (numpy and torch spellings)
 _FLOAT_NAMES = {"float64", "double", "float32", "float", "float16", "half", "bfloat16",
                 "float8_e4m3fn", "float8_e5m2"}
@@ -80,8 +84,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("suite", "choice", "built-in suite: auto (when inputs are on the command line), on, "
            "off", ("auto", "on", "off")),
     Option("precheck", "flag", "generate per-API precheck items from the NPU dump"),
-    Option("device", "choice", "precheck device (default dump: judge the dumped outputs)",
-           ("dump", "cpu", "cuda", "npu")),
+    Option("device", "device", "precheck device (default dump: judge the dumped outputs; cpu "
+           "re-runs with the dump's framework, mindspore:cpu with MindSpore's CPU backend)"),
     Option("standard", "choice", "precheck standard (default: default)", ("default", "dtype")),
     Option("first-loss-abs", "float", "loss: first-step absolute error allowed (default 0.005)"),
     Option("first-loss-rel", "float", "loss: first-step relative error allowed (default 0.005)"),
@@ -128,6 +132,8 @@ def parse_value(option: Option, value: Any, source: str) -> Any:
             return parse_bool(value)
         if option.kind == "dtype_pairs":
             return _dtype_pairs(text)
+        if option.kind == "device" and _DEVICE.fullmatch(text):
+            return text
     except ValueError:
         pass
     else:

@@ -11,7 +11,7 @@ import pytest
 from pytest_accuracy.dumps.model import ScalarArg, Stats, TensorRecord
 from pytest_accuracy.precheck.args import Bound, DType, Signature, Unsupported, rebuild
 from pytest_accuracy.precheck.inputs import case_seed, generate
-from pytest_accuracy.precheck.registry import REFERENCES, resolve
+from pytest_accuracy.precheck.registry import REFERENCES, no_reference_reason, resolve
 
 RNG = np.random.default_rng(7)
 
@@ -302,3 +302,14 @@ def test_generation_handles_nan_and_missing_statistics() -> None:
 def test_case_seed_is_stable_across_processes() -> None:
     # sha256-based: the same number in every process and Python version.
     assert case_seed("Functional.linear.0.forward") == 509383941
+
+
+def test_random_and_in_place_mindspore_apis_skip_with_the_reason() -> None:
+    assert no_reference_reason("mindspore", "Mint.randn") == (
+        "Mint.randn draws random numbers; a re-run cannot reproduce it"
+    )
+    assert no_reference_reason("mindspore", "Tensor.add_") == (
+        "Tensor.add_ works in place (it overwrites its input); not re-run"
+    )
+    assert resolve("mindspore", "Tensor.add_") is None
+    assert "in place" not in no_reference_reason("mindspore", "Tensor.__iadd__x")

@@ -9,12 +9,12 @@ One entry point, :func:`make_executor`, takes the device string:
 * ``"cpu"``, ``"cuda[:N]"``, ``"npu[:N]"``, ``"gpu"`` - re-run with the dump's
   framework (torch, plus torch_npu for ``npu``; MindSpore for MindSpore dumps).  A
   ``"torch:"`` or ``"mindspore:"`` prefix picks the framework explicitly, so
-  ``"torch:cpu"`` re-runs a MindSpore dump's APIs with torch.  The MindSpore re-run is
-  only guarded so far: without mindspore, plan() refuses it; with it, cases skip
-  saying the re-run is not implemented.
+  ``"torch:cpu"`` re-runs a MindSpore dump's APIs with torch and ``"mindspore:cpu"``
+  with MindSpore's CPU backend (the same ``mindspore.mint`` APIs that run on Ascend);
+  ``"npu"`` means Ascend for both frameworks.  MindSpore needs numpy<2.
 
-Callables come from allow-listed maps keyed by the canonical op (``torch_ops``),
-never from the dump's API name.
+Callables come from allow-listed maps keyed by the canonical op (``torch_ops``,
+``ms_ops``), never from the dump's API name.
 """
 
 from __future__ import annotations
@@ -155,18 +155,61 @@ class TorchExecutor(Executor):
         return self._run.backward(self.torch, self.device, job, seeds)
 
 
+MINDSPORE_HINT = (
+    "pip install 'pytest-accuracy[mindspore]' (mindspore==2.10.0 with numpy<2: its C "
+    "extension is built against NumPy 1.x)"
+)
+_MS_TARGETS = {"cpu": "CPU", "npu": "Ascend", "cuda": "GPU", "gpu": "GPU"}
+
+
+def mindspore_problem() -> str | None:
+    """Why MindSpore cannot re-run APIs here (without importing it), or None."""
+    if not installed("mindspore"):
+        return f"mindspore is not installed: {MINDSPORE_HINT}"
+    if int(np.__version__.split(".")[0]) >= 2:
+        return f"mindspore cannot run with numpy {np.__version__}: {MINDSPORE_HINT}"
+    return None
+
+
+def _import_mindspore() -> Any:
+    problem = mindspore_problem()
+    if problem:
+        raise MissingExtraError(problem)
+    try:
+        import mindspore  # fixed module name, imported only for a MindSpore re-run
+    except Exception as exc:  # its C extension fails in many ways; all mean the same here
+        raise MissingExtraError(f"mindspore cannot be imported ({exc}): {MINDSPORE_HINT}") from exc
+    return mindspore
+
+
 class MindSporeExecutor(Executor):
-    """Re-runs a MindSpore dump's API with MindSpore.  Guarded: needs mindspore installed."""
+    """Re-runs the API with MindSpore (PyNative) on ``device`` in the dumped dtype."""
 
     def __init__(self, device: str, note: str = "") -> None:
-        ms: Any = require("mindspore", "mindspore")
+        ms = _import_mindspore()
+        kind, _, index = device.partition(":")
+        target = _MS_TARGETS[kind]
+        try:
+            ms.set_device(target, int(index)) if index else ms.set_device(target)
+        except (RuntimeError, ValueError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            where = f"precheck device 'mindspore:{device}'"
+            raise ValueError(f"{where}: MindSpore cannot use {target}: {first}") from exc
+        # Synchronous ops: an asynchronous op's kernel error is raised again by later,
+        # unrelated calls, which would fail or skip the next cases.
+        ms.runtime.launch_blocking()
+        from pytest_accuracy.precheck import ms_run
+        from pytest_accuracy.precheck.ms_ops import MsEnv
+
+        self._run = ms_run
+        self.env = MsEnv(ms, cpu=target == "CPU")
         self.description = f"{device} (mindspore {ms.__version__}, dumped dtype{note})"
 
     def forward(self, job: DeviceJob) -> list[np.ndarray | None]:
-        raise Unsupported("re-running MindSpore APIs is not implemented yet; use device='dump'")
+        return _round(self._run.forward(self.env, job), job.outputs)
 
     def backward(self, job: DeviceJob, seeds: list[np.ndarray | None]) -> dict[str, np.ndarray]:
-        raise Unsupported("re-running MindSpore APIs is not implemented yet; use device='dump'")
+        return self._run.backward(self.env, job, seeds)
 
 
 def parse_device(device: str, framework: str) -> tuple[str, str]:
@@ -204,7 +247,8 @@ def make_executor(device: str, framework: str, mode: str) -> Executor:
             return RecordedOutputs()
         note = "; the statistics dump recorded no output values"
         preferred = _FRAMEWORK_BACKEND.get(framework, "torch")
-        if installed(preferred):
+        usable = installed(preferred) if preferred == "torch" else mindspore_problem() is None
+        if usable:
             return _backend(preferred, "cpu", note)
         return NumpyInDtype(f"the statistics dump recorded no output values; {preferred} is absent")
     return _backend(backend, target, "")

@@ -292,6 +292,9 @@ SKIP_REASONS: dict[str, str] = {
     **{f"Torch.{n}": _RANDOM for n in ("bernoulli", "multinomial", "normal", "dropout")},
     **{f"NPU.{n}": _RANDOM for n in ("npu_dropout", "npu_dropout_with_add_softmax")},
     "MintFunctional.dropout": _RANDOM,
+    **{f"Mint.{n}": _RANDOM for n in ("rand", "randn", "randint", "rand_like", "randn_like")},
+    **{f"Mint.{n}": _RANDOM for n in ("randperm", "normal", "bernoulli", "multinomial")},
+    **{f"Functional.{n}": _RANDOM for n in ("uniform", "standard_normal", "multinomial")},
     "Tensor.to": "moves or casts between devices; nothing is computed",
     "Tensor.__setitem__": "in-place indexed write; not re-run",
 }
@@ -307,6 +310,8 @@ def no_reference_reason(framework: str, name: str) -> str:
     """Why ``name`` is not checked, for the skip message."""
     if name in SKIP_REASONS:
         return f"{name} {SKIP_REASONS[name]}"
+    if name.endswith("_") and not name.endswith("__"):  # Tensor.add_, Tensor.copy_ ...
+        return f"{name} works in place (it overwrites its input); not re-run"
     if framework not in _FAMILY:
         return f"framework {framework!r} has no precheck allow-list"
     return (

@@ -19,8 +19,10 @@ from pytest_accuracy.precheck.executors import (
     DeviceJob,
     Executor,
     NumpyInDtype,
+    RecordedOutputs,
     installed,
     make_executor,
+    mindspore_problem,
     parse_device,
 )
 from pytest_accuracy.precheck.grads import (
@@ -49,6 +51,8 @@ _NOTHING_TO_REPLAY = (
     "task tensor)"
 )
 _REF_ERRORS = (ValueError, IndexError, TypeError, ArithmeticError)
+# Prefix of the checks of what the dump recorded, made beside a re-run's own checks.
+RECORDED = "recorded_"
 
 
 def plan(dumps: DumpSet, *, device: str = "dump", standard: str = "default") -> list[PrecheckCase]:
@@ -71,12 +75,16 @@ def _check_device(device: str, framework: str) -> None:
     backend, target = parse_device(device, framework)
     if backend == "torch" and target.startswith("npu") and not installed("torch_npu"):
         raise MissingExtraError(f"torch_npu is not installed: device={device!r} needs it")
-    if backend != "dump" and not installed(backend):
-        extra = "torch" if backend == "torch" else "mindspore"
+    if backend == "torch" and not installed("torch"):
         raise MissingExtraError(
-            f"{backend} is not installed: device={device!r} re-runs {framework} APIs with it "
-            f"(pip install 'pytest-accuracy[{extra}]', or use device='dump')"
+            f"torch is not installed: device={device!r} re-runs {framework} APIs with it "
+            "(pip install 'pytest-accuracy[torch]', or use device='dump')"
         )
+    if backend == "mindspore":
+        problem = mindspore_problem()
+        if problem:
+            raise MissingExtraError(f"device={device!r}: {problem}; or use device='dump'")
+        _executor(device, framework, "tensor")  # MindSpore's device is set now, or refused
 
 
 def _case(dump: Dump, call: Call, device: str, standard: str) -> PrecheckCase:
@@ -201,7 +209,9 @@ def _run_forward(case: PrecheckCase, spec: ApiSpec, executor: Executor) -> list[
         raise Unsupported(
             f"the reference returns {len(refs)} outputs, the dump records {len(call.outputs)}"
         )
-    devices = _device(executor.forward, DeviceJob(spec, bound, call.outputs))
+    job = DeviceJob(spec, bound, call.outputs)
+    devices = _device(executor.forward, job)
+    recorded = RecordedOutputs().forward(job) if _also_recorded(case, executor) else []
     standard = get_standard(case.standard)
     checks = []
     for i, record in enumerate(call.outputs[: limit or len(refs)]):
@@ -209,7 +219,15 @@ def _run_forward(case: PrecheckCase, spec: ApiSpec, executor: Executor) -> list[
             name = f"{case.api}.forward.{record.path}"
             dev = devices[i] if i < len(devices) else None
             checks.append(_check(name, dev, refs[i], record, standard))
+            if i < len(recorded) and recorded[i] is not None:
+                name = f"{case.api}.forward.{RECORDED}{record.path}"
+                checks.append(_check(name, recorded[i], refs[i], record, standard))
     return checks
+
+
+def _also_recorded(case: PrecheckCase, executor: Executor) -> bool:
+    """A re-run of a tensor dump also judges what the run under test recorded."""
+    return case.mode == "tensor" and not isinstance(executor, RecordedOutputs)
 
 
 def _device(fn: Any, *args: Any) -> Any:
@@ -235,6 +253,7 @@ def _run_backward(case: PrecheckCase, spec: ApiSpec, executor: Executor) -> list
     names = aligned if isinstance(aligned, list) else []
     job = DeviceJob(spec, bound, forward.outputs, list(backward.outputs), names)
     devices = _device(executor.backward, job, seeds_dev)
+    recorded = _recorded_grads(case, executor, job, aligned)
     records = _grad_records(spec, forward, backward, names)
     standard = get_standard(case.standard)
     autocast = _autocast_dtype(forward)
@@ -245,7 +264,21 @@ def _run_backward(case: PrecheckCase, spec: ApiSpec, executor: Executor) -> list
             full = f"{case.api}.backward.{label}"
             dev = devices.get(name)
             checks.append(_check(full, dev, refs[name], record, standard, judged_as))
+            if name in recorded:
+                full = f"{case.api}.backward.{RECORDED}{label}"
+                checks.append(_check(full, recorded[name], refs[name], record, standard, judged_as))
     return checks
+
+
+def _recorded_grads(
+    case: PrecheckCase, executor: Executor, job: DeviceJob, aligned: list[str | None] | str
+) -> dict[str, np.ndarray]:
+    """The dumped input gradients, where a re-run also judges them (lined up and reliable)."""
+    if not _also_recorded(case, executor) or isinstance(aligned, str):
+        return {}
+    if recorded_grads_problem(case.framework, case.api_name):
+        return {}
+    return RecordedOutputs().backward(job, [])
 
 
 def _seeds(case: PrecheckCase, backward: Call, count: int) -> list[np.ndarray | None]:

@@ -16,7 +16,7 @@ from pytest_accuracy.text import escape_controls
 class PrecheckGroup(AccuracyGroup):
     def collect(self) -> Iterator[pytest.Item]:
         from pytest_accuracy.dumps.layout import load_dumps
-        from pytest_accuracy.errors import AccuracyInputError
+        from pytest_accuracy.errors import AccuracyInputError, MissingExtraError
         from pytest_accuracy.precheck import plan
 
         npu = path_setting(self.config, "npu")
@@ -28,7 +28,7 @@ class PrecheckGroup(AccuracyGroup):
         standard = str(setting(self.config, "standard") or "default")
         try:
             cases = plan(dumps, device=device, standard=standard)
-        except ValueError as exc:
+        except (ValueError, MissingExtraError) as exc:  # a device this machine cannot use
             raise pytest.UsageError(f"--acc-precheck: {exc}") from exc
         for case in cases:
             yield PrecheckItem.from_parent(self, name=escape_controls(case.id), case=case)
