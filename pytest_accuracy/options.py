@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 Kind = Literal["path", "paths", "globs", "float", "int", "int_set", "window", "choice", "flag",
                "dtype_pairs"]
 
 
-@dataclass(frozen=True)
-class Option:
-    """``--acc-<name>`` on the command line, ``acc_<name_with_underscores>`` in the ini file."""
+class Option(NamedTuple):
+    """``--acc-<name>`` on the command line, ``acc_<name_with_underscores>`` in the ini file.
+
+    A NamedTuple, not a dataclass: this module loads in every pytest run of a project that
+    has the plugin installed, and building a dataclass costs about a millisecond."""
 
     name: str
     kind: Kind

@@ -16,6 +16,7 @@ from pytest_accuracy.report.document import (
     write_html,
     write_json,
 )
+from pytest_accuracy.suite import RECORD_KEY
 from pytest_accuracy.suite.state import STATE_KEY
 from pytest_accuracy.text import escape_controls
 
@@ -48,6 +49,17 @@ class AccuracyResults:
     def _in_order(self) -> None:
         for records in self.groups.values():
             records.sort(key=lambda r: self.positions.get(self.group_ids.get(id(r), ""), -1))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        record = item.stash.get(RECORD_KEY, None)
+        if record is not None and call.when == "call":
+            # user_properties travel from xdist workers to the controller.
+            report.user_properties.append(("accuracy", json.dumps(record, default=str)))
+        return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         for name, value in report.user_properties:
