@@ -2,30 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 Kind = Literal["path", "paths", "globs", "float", "int", "int_set", "window", "choice", "flag",
                "dtype_pairs"]
 
 
-class Option(NamedTuple):
+class Option:
     """``--acc-<name>`` on the command line, ``acc_<name_with_underscores>`` in the ini file.
 
-    A NamedTuple, not a dataclass: this module loads in every pytest run of a project that
-    has the plugin installed, and building a dataclass costs about a millisecond."""
+    A plain class: this module loads in every pytest run of a project that has the plugin
+    installed, and a dataclass or NamedTuple costs more to build than the whole table."""
 
-    name: str
-    kind: Kind
-    help: str
-    choices: tuple[str, ...] = ()
+    __slots__ = ("choices", "dest", "flag", "help", "kind", "name")
 
-    @property
-    def flag(self) -> str:
-        return f"--acc-{self.name}"
+    def __init__(self, name: str, kind: Kind, help: str, choices: tuple[str, ...] = ()) -> None:
+        self.name, self.kind, self.help, self.choices = name, kind, help, choices
+        self.flag = f"--acc-{name}"
+        self.dest = "acc_" + name.replace("-", "_")
 
-    @property
-    def dest(self) -> str:
-        return "acc_" + self.name.replace("-", "_")
+    def __repr__(self) -> str:
+        return f"Option({self.name!r}, {self.kind!r})"
 
     @property
     def form(self) -> str:
