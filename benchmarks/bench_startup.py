@@ -100,18 +100,18 @@ def _report(with_: list[float], without: list[float]) -> None:
           f"{medians * 1000:+.1f} ms, of fastest {(min(with_) - min(without)) * 1000:+.1f} ms")
 
 
-def _report_instructions(runner: Runner, runs: int, cpu_without: float) -> None:
+def _instructions(runner: Runner, runs: int, cpu_without: float) -> str:
     counts: dict[str, list[int]] = {"with": [], "without": []}
     for _ in range(runs):
         counts["with"].append(runner.instructions([]))
         counts["without"].append(runner.instructions(["-p", "no:accuracy"]))
     with_, without = (statistics.median(v) for v in counts.values())
     extra = with_ - without
-    print(f"instructions (callgrind, median of {runs}): with {with_ / 1e6:.1f} M, without "
-          f"{without / 1e6:.1f} M, plugin {extra / 1e6:+.1f} M ({extra / without:+.2%}; "
-          f"{extra / without * cpu_without * 1000:+.1f} ms at this box's median CPU time "
-          f"without); spread with {(max(counts['with']) - min(counts['with'])) / 1e6:.2f} M, "
-          f"without {(max(counts['without']) - min(counts['without'])) / 1e6:.2f} M")
+    return (f"instructions (callgrind, median of {runs}): with {with_ / 1e6:.1f} M, without "
+            f"{without / 1e6:.1f} M, plugin {extra / 1e6:+.1f} M ({extra / without:+.2%}; "
+            f"{extra / without * cpu_without * 1000:+.1f} ms at this box's median CPU time "
+            f"without); spread with {(max(counts['with']) - min(counts['with'])) / 1e6:.2f} M, "
+            f"without {(max(counts['without']) - min(counts['without'])) / 1e6:.2f} M")
 
 
 def main() -> None:
@@ -139,14 +139,16 @@ def main() -> None:
             order = [(with_, []), (without, ["-p", "no:accuracy"])]
             for times, extra in order if i % 2 == 0 else order[::-1]:
                 times.append(runner.run(extra))
-        if args.instructions:
-            _report_instructions(runner, args.instructions, statistics.median(without))
+        instructions = (_instructions(runner, args.instructions, statistics.median(without))
+                        if args.instructions else None)
         (project / "conftest.py").write_text(PROBE.format(heavy=HEAVY))
         probe = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                 "test_one.py", *common], cwd=project, env=runner.env,
                                capture_output=True, text=True)
     print(f"blocked in both runs: {' '.join(common[1::2]) or 'nothing'}")
     _report(with_, without)
+    if instructions:
+        print(instructions)
     print(next(line for line in probe.stderr.splitlines() if line.startswith("heavy")))
 
 

@@ -30,6 +30,7 @@ class AccuracyResults:
         self.groups: dict[str, list[dict[str, Any]]] = {}
         self.coverage: dict[str, Any] | None = None
         self.nonfinite: dict[str, Any] | None = None
+        self.compared_on: dict[str, Any] | None = None
         self.first: dict[str, Any] | None = None
         self.outcomes: dict[str, int] = {}
         # Collection order, so that group records (which xdist delivers as workers finish)
@@ -71,6 +72,7 @@ class AccuracyResults:
         if "coverage" in record:
             self.coverage = record["coverage"]
             self.nonfinite = record.get("first_nonfinite")
+            self.compared_on = record.get("compared_on")
         elif "group" in record:
             self.groups.setdefault(record["group"], []).append(record)
             self.group_ids[id(record)] = report.nodeid
@@ -110,6 +112,8 @@ class AccuracyResults:
             c = self.coverage
             lines.append(f"Matched {c['matched']} of {c['total']} NPU nodes "
                          f"({c['matched_share']:.1%}; at least {c['min_matched']:.0%} required).")
+        if self.compared_on:
+            lines.append(str(self.compared_on["note"]))
         from pytest_accuracy.suite.group_summary import group_lines
 
         for group, records in sorted(self.groups.items()):
@@ -141,7 +145,9 @@ class AccuracyResults:
         state = self.config.stash[STATE_KEY]
         summary: dict[str, Any] = {"first_divergence": _public_first(self.first),
                                    "first_nonfinite": self.nonfinite,
-                                   "coverage": self.coverage}
+                                   "coverage": self.coverage,
+                                   **({"compared_on": self.compared_on} if self.compared_on
+                                      else {})}
         sections: dict[str, Any] = {"compare": compare_section(self.nodes, summary)
                                     if self.nodes or self.coverage else None}
         for group, records in self.groups.items():
