@@ -3,29 +3,27 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Literal
 
 Kind = Literal["path", "paths", "globs", "float", "int", "int_set", "window", "choice", "flag",
                "dtype_pairs", "device"]
 
 
-@dataclass(frozen=True)
 class Option:
-    """``--acc-<name>`` on the command line, ``acc_<name_with_underscores>`` in the ini file."""
+    """``--acc-<name>`` on the command line, ``acc_<name_with_underscores>`` in the ini file.
 
-    name: str
-    kind: Kind
-    help: str
-    choices: tuple[str, ...] = ()
+    A plain class: this module loads in every pytest run of a project that has the plugin
+    installed, and a dataclass or NamedTuple costs more to build than the whole table."""
 
-    @property
-    def flag(self) -> str:
-        return f"--acc-{self.name}"
+    __slots__ = ("choices", "dest", "flag", "help", "kind", "name")
 
-    @property
-    def dest(self) -> str:
-        return "acc_" + self.name.replace("-", "_")
+    def __init__(self, name: str, kind: Kind, help: str, choices: tuple[str, ...] = ()) -> None:
+        self.name, self.kind, self.help, self.choices = name, kind, help, choices
+        self.flag = f"--acc-{name}"
+        self.dest = "acc_" + name.replace("-", "_")
+
+    def __repr__(self) -> str:
+        return f"Option({self.name!r}, {self.kind!r})"
 
     @property
     def form(self) -> str:

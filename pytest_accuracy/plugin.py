@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Generator
 
 import pytest
 
+# The fixtures are registered with this module. Not through ``pytest_plugins``: pytest would
+# scan every installed distribution's entry points again to find that name.
+from pytest_accuracy.fixtures import (  # noqa: F401
+    acc_bench_dump,
+    acc_bench_logs,
+    acc_compare,
+    acc_npu_dump,
+    acc_npu_log,
+)
 from pytest_accuracy.marker import MARKER_HELP, unknown_keys, unknown_keys_message
 from pytest_accuracy.options import INPUT_DESTS, OPTIONS
-from pytest_accuracy.suite import RECORD_KEY, AccuracySuite
-from pytest_accuracy.suite.state import STATE_KEY, make_state
 
-# Nothing here imports numpy or the compare core: every pytest run of a project that merely
-# has the plugin installed pays for this module (benchmarks/bench_startup.py).
-pytest_plugins = ["pytest_accuracy.fixtures"]
+# Every pytest run of a project that merely has the plugin installed pays for this module and
+# for what its start-up hooks import (benchmarks/bench_startup.py): the options table, the
+# marker's keys, the fixtures and settings; the suite, numpy and the compare core load only
+# when an --acc-* option, an acc_* ini key or an accuracy:: node id is given.
 
 _NODE_PREFIX = "accuracy::"
 SELECTED_KEY = pytest.StashKey[list[str]]()
@@ -42,14 +49,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    from pytest_accuracy.settings import validate_options
+    from pytest_accuracy.settings import setting, validate_options
 
     config.addinivalue_line("markers", MARKER_HELP)
-    validate_options(config)
+    given = validate_options(config)
     config.stash[SELECTED_KEY] = _take_node_ids(config)
-    config.stash[STATE_KEY] = make_state(config)
-    from pytest_accuracy.settings import setting
+    if not given and not config.stash[SELECTED_KEY]:
+        return  # nothing to compare, report or write: the suite and its summary stay unloaded
+    from pytest_accuracy.suite.state import STATE_KEY, make_state
 
+    config.stash[STATE_KEY] = make_state(config)
     if setting(config, "merge"):
         from pytest_accuracy.suite.merge_items import MergePlugin
 
@@ -88,6 +97,8 @@ def pytest_collection_modifyitems(
             if bad:
                 raise pytest.UsageError(unknown_keys_message(item.nodeid, bad))
     if _suite_wanted(config):
+        from pytest_accuracy.suite import AccuracySuite
+
         suite = AccuracySuite.from_parent(session, name="accuracy", nodeid="accuracy")
         items.extend(session.genitems(suite))
     selected = config.stash[SELECTED_KEY]
@@ -112,14 +123,3 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 
         assert_marker(item)
 
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
-    record = item.stash.get(RECORD_KEY, None)
-    if record is not None and call.when == "call":
-        # user_properties travel from xdist workers to the controller.
-        report.user_properties.append(("accuracy", json.dumps(record, default=str)))
-    return report

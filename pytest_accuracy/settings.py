@@ -63,10 +63,11 @@ def flag(config: pytest.Config, name: str) -> bool:
     return bool(typed_setting(config, name))
 
 
-def validate_options(config: pytest.Config) -> None:
-    """Parse every given value once at start-up, so a typo fails before anything is read."""
-    for option in OPTIONS:
-        typed_setting(config, option.dest[4:])
+def validate_options(config: pytest.Config) -> list[str]:
+    """Parse every given value once at start-up, so a typo fails before anything is read;
+    the options (or ini keys) that have a value, by their dest."""
+    return [option.dest for option in OPTIONS
+            if typed_setting(config, option.dest[4:]) is not None]
 
 
 def path_setting(config: pytest.Config, name: str, marker: Mapping[str, Any] | None = None

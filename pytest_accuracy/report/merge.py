@@ -271,6 +271,8 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
     if cov:
         lines.append(f"Matched {cov['matched']} of {cov['total']} NPU nodes "
                      f"({cov['matched_share']:.1%}; at least {cov['min_matched']:.0%} required).")
+    if (compare.get("compared_on") or {}).get("note"):
+        lines.append(str(compare["compared_on"]["note"]))
     if compare.get("ranks"):
         lines.append(TABLE_HEADER)
         lines += [f"{r['step']:>4} {r['rank']:>4} {r['pass']:>5} {r['fail']:>5} "

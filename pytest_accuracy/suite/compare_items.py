@@ -136,7 +136,8 @@ class CoverageItem(AccuracyItem):
         nonfinite = find_first_nonfinite(cmp)
         self.stash[RECORD_KEY] = {"coverage": {"matched": matched, "total": total,
                                                "matched_share": share, "min_matched": need},
-                                  "first_nonfinite": nonfinite.as_dict() if nonfinite else None}
+                                  "first_nonfinite": nonfinite.as_dict() if nonfinite else None,
+                                  **_compared_on(cmp)}
         _write_inferred_mapping(self.config, cmp)
         if total == 0 or matched == 0:
             raise AccuracyError([
@@ -154,6 +155,16 @@ class CoverageItem(AccuracyItem):
                 f"Only {matched} of {total} NPU nodes ({share:.1%}) found a bench counterpart "
                 f"(at least {need:.0%} required).",
                 "Unmatched nodes are skipped items; see the summary for the list."])
+
+
+def _compared_on(cmp: Comparison) -> dict[str, Any]:
+    """``{"compared_on": ...}`` when the dumps' tasks differ (statistics were compared)."""
+    from pytest_accuracy.dumps.tasks import task_mismatch
+
+    mismatch = task_mismatch(cmp.npu, cmp.bench)
+    if mismatch is None:
+        return {}
+    return {"compared_on": {**mismatch.as_dict(), "note": mismatch.note()}}
 
 
 def _has_common_output(cmp: Comparison, index: int) -> bool:

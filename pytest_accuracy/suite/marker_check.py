@@ -79,6 +79,7 @@ def _compare_lines(item: pytest.Item, marker: dict[str, Any], funcargs: dict[str
     from pytest_accuracy.api import CompareReport
     from pytest_accuracy.compare import Comparison
     from pytest_accuracy.dumps.layout import load_dumps
+    from pytest_accuracy.dumps.tasks import task_mismatch
     from pytest_accuracy.settings import compare_criteria, path_setting
     from pytest_accuracy.suite.pairing import choose_pairing
 
@@ -92,6 +93,11 @@ def _compare_lines(item: pytest.Item, marker: dict[str, Any], funcargs: dict[str
     pairing = choose_pairing(item.config, npu.framework, bench.framework)
     cmp = Comparison(npu, bench, criteria, pairing)
     head = f"Compare of {npu.root} with {bench.root}:"
+    mismatch = task_mismatch(npu, bench)
+    if mismatch is not None and not mismatch.comparable:
+        return [head, mismatch.problem()]
+    if mismatch is not None:
+        head += " " + mismatch.note()
     share = cmp.matched_share() if len(cmp) else 0.0
     if share == 0.0 or share < criteria.min_matched:
         return [head, f"only {round(share * len(cmp))} of {len(cmp)} NPU nodes found a bench "

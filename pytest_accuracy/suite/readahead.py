@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from pytest_accuracy.suite.compare_items import CompareItem
 
 AHEAD_KEY = pytest.StashKey[list[int]]()
 
@@ -24,18 +28,25 @@ class ReadAhead:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
-        from pytest_accuracy.suite.compare_items import CompareItem
-
-        if not isinstance(item, CompareItem):
+        compare_item = _compare_item_type()
+        if compare_item is None or not isinstance(item, compare_item):
             return None
         index = item.index
         if self.worker:
-            ahead = [nextitem.index] if isinstance(nextitem, CompareItem) else []
+            ahead = [nextitem.index] if isinstance(nextitem, compare_item) else []
             item.stash[AHEAD_KEY] = ahead
             return None
         if self._plan is None:
-            self._plan = [it.index for it in item.session.items if isinstance(it, CompareItem)]
+            self._plan = [it.index for it in item.session.items if isinstance(it, compare_item)]
             self._position = {i: p for p, i in enumerate(self._plan)}
         at = self._position.get(index, len(self._plan))
         item.stash[AHEAD_KEY] = self._plan[at + 1 : at + self.depth]
         return None
+
+
+def _compare_item_type() -> type[CompareItem] | None:
+    """The compare item class if its module is loaded: if not, no compare item exists, and
+    importing it here would load numpy and the compare core into every test of a project that
+    merely has the plugin installed."""
+    module = sys.modules.get("pytest_accuracy.suite.compare_items")
+    return None if module is None else module.CompareItem

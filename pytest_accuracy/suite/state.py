@@ -54,6 +54,7 @@ class SuiteState:
         with _long_lived():
             npu, bench = self._load(self.npu), self._load(self.bench)
         check_levels(npu, bench)
+        check_tasks(npu, bench)
         inputs = str(typed_setting(self.config, "inputs") or "failing")
         return Comparison(npu, bench, self.criteria,
                           self.pairing(npu.framework, bench.framework), inputs=inputs)
@@ -116,6 +117,17 @@ def check_levels(npu: DumpSet, bench: DumpSet) -> None:
 
 
 _WHAT = {"L0": "modules only", "L1": "APIs only"}
+
+
+def check_tasks(npu: DumpSet, bench: DumpSet) -> None:
+    """Dumps of different tasks are compared on what both recorded (the coverage item says
+    so in the summary); an md5 dump without statistics against another task is a usage error
+    that names both dump.json files and their tasks."""
+    from pytest_accuracy.dumps.tasks import task_mismatch
+
+    mismatch = task_mismatch(npu, bench)
+    if mismatch is not None and not mismatch.comparable:
+        raise pytest.UsageError(mismatch.problem())
 
 
 @contextmanager

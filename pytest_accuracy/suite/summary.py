@@ -16,6 +16,7 @@ from pytest_accuracy.report.document import (
     write_html,
     write_json,
 )
+from pytest_accuracy.suite import RECORD_KEY
 from pytest_accuracy.suite.state import STATE_KEY
 from pytest_accuracy.text import escape_controls
 
@@ -29,6 +30,7 @@ class AccuracyResults:
         self.groups: dict[str, list[dict[str, Any]]] = {}
         self.coverage: dict[str, Any] | None = None
         self.nonfinite: dict[str, Any] | None = None
+        self.compared_on: dict[str, Any] | None = None
         self.first: dict[str, Any] | None = None
         self.outcomes: dict[str, int] = {}
         # Collection order, so that group records (which xdist delivers as workers finish)
@@ -49,6 +51,17 @@ class AccuracyResults:
         for records in self.groups.values():
             records.sort(key=lambda r: self.positions.get(self.group_ids.get(id(r), ""), -1))
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        record = item.stash.get(RECORD_KEY, None)
+        if record is not None and call.when == "call":
+            # user_properties travel from xdist workers to the controller.
+            report.user_properties.append(("accuracy", json.dumps(record, default=str)))
+        return report
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         for name, value in report.user_properties:
             if name == "accuracy":
@@ -59,6 +72,7 @@ class AccuracyResults:
         if "coverage" in record:
             self.coverage = record["coverage"]
             self.nonfinite = record.get("first_nonfinite")
+            self.compared_on = record.get("compared_on")
         elif "group" in record:
             self.groups.setdefault(record["group"], []).append(record)
             self.group_ids[id(record)] = report.nodeid
@@ -98,6 +112,8 @@ class AccuracyResults:
             c = self.coverage
             lines.append(f"Matched {c['matched']} of {c['total']} NPU nodes "
                          f"({c['matched_share']:.1%}; at least {c['min_matched']:.0%} required).")
+        if self.compared_on:
+            lines.append(str(self.compared_on["note"]))
         from pytest_accuracy.suite.group_summary import group_lines
 
         for group, records in sorted(self.groups.items()):
@@ -129,7 +145,9 @@ class AccuracyResults:
         state = self.config.stash[STATE_KEY]
         summary: dict[str, Any] = {"first_divergence": _public_first(self.first),
                                    "first_nonfinite": self.nonfinite,
-                                   "coverage": self.coverage}
+                                   "coverage": self.coverage,
+                                   **({"compared_on": self.compared_on} if self.compared_on
+                                      else {})}
         sections: dict[str, Any] = {"compare": compare_section(self.nodes, summary)
                                     if self.nodes or self.coverage else None}
         for group, records in self.groups.items():
