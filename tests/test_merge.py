@@ -294,3 +294,23 @@ def test_acc_merge_takes_the_expected_shards_from_the_selection(pytester: pytest
     result.stdout.fnmatch_lines(["  no part holds step 0 rank 1: a part is missing *"])
     assert pytester.runpytest(f"--acc-merge={a}", "--acc-ranks=0", "-p",
                               "no:cacheprovider").ret == 0
+
+
+def test_step_shards_carry_the_same_call_making_its_error_again(pytester: pytest.Pytester) -> None:
+    # the bundled eps bug at L0: the RMSNorm makes its error in step 0 and again in step 1;
+    # one run carries step 1's as one cause, and so does the merge of per-step shards
+    npu, bench = (ROOT / "example_data" / "dumps" / v / "L0_tensor" for v in ("pt_bug", "pt_fp32"))
+    parts = [run_part(pytester, f"s{s}", f"--acc-steps-select={s}", npu=npu, bench=bench)
+             for s in ("0", "1")]
+    name = "Module.layers.1.n1.RMSNorm.forward.0"
+    alone = {n["npu_name"]: n for n in load(parts[1])["compare"]["nodes"]}[name]
+    assert (alone["status"], alone["finding"]) == ("fail", "local_error")  # its shard alone
+    for part in parts:  # each shard judges its own step's gradients: not a sharded section
+        doc = load(part)
+        doc.pop("gradients", None)
+        part.write_text(json.dumps(doc))
+    merged = merge_files(parts)
+    norms = [n for n in merged["compare"]["nodes"] if n["npu_name"] == name]
+    assert [(n["step"], n["status"], n["carried_from"]) for n in norms] == [
+        (0, "fail", None), (1, "carried", f"{name} (step 0, rank 0)")]
+    assert [n["npu_name"] for n in merged["compare"]["nodes"] if n["status"] == "fail"] == [name]

@@ -53,13 +53,21 @@ def test_eps_bug_fails_naming_first_divergence_l1(pytester: pytest.Pytester) -> 
 
 
 def test_eps_bug_fails_naming_first_divergence_l0(pytester: pytest.Pytester) -> None:
-    result = run(pytester, dump("pt_bug", "L0_tensor"), dump("pt_fp32", "L0_tensor"))
+    result = run(pytester, dump("pt_bug", "L0_tensor"), dump("pt_fp32", "L0_tensor"), "-rx")
     assert result.ret == 1
     result.stdout.fnmatch_lines([
         "*= accuracy =*",
         "First divergence: Module.layers.1.n1.RMSNorm.forward.0 (step 0, rank 0), output.0: "
-        "relative error 0.0125 (up to 0.0001 allowed)*",
+        "its own computation is off: local error 0.0125 vs bench 4.81e-08 (output.0; eps 1e-06 "
+        "reproduces the bench's output, the NPU's fits 1e-05), replaying each side's own inputs "
+        "in float64; relative error 0.0125 (up to 0.0001 allowed)*",
     ])
+    # step 1's call of the same module makes the same error: carried as one cause
+    result.stdout.fnmatch_lines([
+        "*XFAIL*1/0/Module.layers.1.n1.RMSNorm.forward.0 - carried from "
+        "Module.layers.1.n1.RMSNorm.forward.0 (step 0, rank 0): the same call made an error of "
+        "its own in an earlier step and makes one again: one cause, failed once at*"])
+    assert result.parseoutcomes()["failed"] == 3  # the node, local_norm, gradient_steps
 
 
 @pytest.mark.parametrize("config", ["mix_statistics", "L1_md5"])

@@ -240,7 +240,8 @@ def matches(site: Site, level: str, got: dict[str, Any], clean: Path) -> bool:
     return True
 
 
-SUBSET = {"fp32_noise": ("L1",), "softmax_fp16": ("L1",), "ln_eps_bf16": ("L1",),
+SUBSET = {"fp32_noise": ("L1",), "softmax_fp16": ("L1",), "ln_eps_bf16": ("L0",),
+          "bf16_noise": ("L0",),
           "weight_transposed": ("L1",), "lr_step1": ("L1",), "ln_eps": ("L0", "mix"),
           "mask_off_by_one": ("L0", "mix"), "embedding_fp32_in_bf16": ("mix",)}
 

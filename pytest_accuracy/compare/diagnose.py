@@ -36,6 +36,8 @@ class Context:
     add_inputs: Callable[[NodeResult], None]
     local_error: Callable[[NodeResult], LocalError | str]
     made_by: Callable[[int], str | None]  # the module whose own code computed its inputs
+    # the same call (name, rank) in an earlier step, where it made an error of its own too
+    same_call_before: Callable[[int], str | None] = lambda index: None
 
 
 def diagnose(result: NodeResult, ctx: Context) -> None:
@@ -48,7 +50,7 @@ def diagnose(result: NodeResult, ctx: Context) -> None:
         _measure_local(result, ctx)  # evidence beside the finding (whether the kernel is off)
         repeat = ctx.repeat_of(result.index)
         if repeat is not None:
-            _carry(result, repeat, f"it repeats the same finding ({result.findings[0].detail})")
+            _repeat(result, repeat, f"it repeats the same finding ({result.findings[0].detail})")
         else:
             result.status = "fail"
         return
@@ -59,7 +61,12 @@ def diagnose(result: NodeResult, ctx: Context) -> None:
             f"its own computation is off: {local.sentence()}, replaying each side's own "
             "inputs in float64",
         ))
-        result.status = "fail"
+        again = ctx.same_call_before(result.index)
+        if again is not None:  # each step's call of a mis-configured layer: one cause
+            _repeat(result, again, "the same call made an error of its own in an earlier step "
+                    "and makes one again")
+        else:
+            result.status = "fail"
         return
     if result.status != "fail":
         return
@@ -94,6 +101,14 @@ def _carry(result: NodeResult, origin: str, why: str) -> None:
     result.status, result.carried_from = "carried", origin
     local = f"; {result.local.sentence()}" if result.local is not None else ""
     result.reason = f"{why} and it adds no error of its own{local}"
+
+
+def _repeat(result: NodeResult, origin: str, why: str) -> None:
+    """The same cause as an earlier failure: carried from it, though the node's own error
+    stays (and is said): one cause, one failed item."""
+    result.status, result.carried_from = "carried", origin
+    local = f"; {result.local.sentence()}" if result.local is not None else ""
+    result.reason = f"{why}: one cause, failed once at {origin}{local}"
 
 
 def _input_difference(result: NodeResult) -> str:

@@ -16,7 +16,7 @@ from pytest_accuracy.compare.judge import compare_all, records_of, settle
 from pytest_accuracy.compare.local import LocalError, local_error
 from pytest_accuracy.compare.pairing import Pairing, pair_by_name
 from pytest_accuracy.compare.results import NodeResult
-from pytest_accuracy.dumps.model import Call, Dump, DumpSet
+from pytest_accuracy.dumps.model import FLOAT_EPS, Call, Dump, DumpSet
 from pytest_accuracy.errors import AccuracyInputError
 
 
@@ -202,13 +202,16 @@ class Comparison:
     @cached_property
     def _context(self) -> Context:
         return Context(self._earlier_divergence, self._repeat_of, self._inside_divergence,
-                       self._safe_inputs, self._local_error, self._made_by)
+                       self._safe_inputs, self._local_error, self._made_by,
+                       self._same_call_before)
 
     def _repeat_of(self, index: int) -> str | None:
-        same = self.provenance.repeat_of.get(index)
-        if same is None:
+        return self._located(self.provenance.repeat_of.get(index))
+
+    def _located(self, index: int | None) -> str | None:
+        if index is None:
             return None
-        dump, call = self.entries[same]
+        dump, call = self.entries[index]
         return f"{call.name} (step {dump.step}, rank {dump.rank})"
 
     def _safe_inputs(self, result: NodeResult) -> None:
@@ -246,10 +249,33 @@ class Comparison:
         return self.entries[module][1].name if module is not None else None
 
     def _local_error(self, result: NodeResult) -> LocalError | str:
-        dump, call = self.entries[result.index]
-        assert result.bench is not None
         band = result.tolerance.rel_err if result.tolerance is not None else 1e-4
-        return local_error(call, result.bench, dump.framework, self._bench_framework(dump), band)
+        return self._local_at(result.index, band)
+
+    def _local_at(self, index: int, band: float) -> LocalError | str:
+        dump, call = self.entries[index]
+        bench = self.bench_call(index)
+        assert bench is not None
+        # An fp32 output inside a bf16 run (a norm, a softmax under autocast) is held to its
+        # own dtype's band: the run's bf16 band would hide a kernel error 100x fp32 rounding.
+        floats = [r.dtype for r in call.output_tensors if r.dtype in FLOAT_EPS]
+        if floats:
+            band = min(band, self.criteria.tolerance(floats[0]).rel_err)
+        return local_error(call, bench, dump.framework, self._bench_framework(dump), band)
+
+    def _same_call_before(self, index: int) -> str | None:
+        """The same call in an earlier step, where it made an error of its own too (replayed
+        here if need be: every process decides alike)."""
+        earlier = self.provenance.same_call_earlier.get(index)
+        if earlier is None or self.bench_call(earlier) is None:
+            return None
+        call = self.entries[earlier][1]
+        criteria = self._criteria(earlier).with_waiver(self.criteria.waiver_for(call.name,
+                                                                                  call.op))
+        local = self._local_at(earlier, criteria.tolerance(self.effective_dtypes[earlier]).rel_err)
+        if not isinstance(local, LocalError) or not local.npu_makes_error:
+            return None
+        return self._located(earlier)
 
     def _incomparable_backward(self, dump: Dump, call: Call, bench: Call) -> str | None:
         """Why a cross-framework API backward pair is not comparable (align.py decides)."""

@@ -4,7 +4,8 @@ A node whose NPU local error clearly exceeds the bench's *makes* an error, even 
 value band; a node whose inputs differ while its local error matches the bench's only
 carries one.  APIs replay through the precheck allow-list (its float64 references);
 modules through the standard layers whose inputs msprobe records in full (Linear,
-Embedding, activations).
+Embedding, activations) and the norm layers, replayed with the eps that reproduces the bench
+(norms.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pytest_accuracy.compare import replay
+from pytest_accuracy.compare.norms import fit_pair, norm_kind
 from pytest_accuracy.dumps.model import FLOAT_EPS, Call, TensorRecord
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.precheck.args import Unsupported
@@ -41,6 +43,7 @@ class LocalError:
     tensor: str
     dtype: str
     band: float  # the node's relative-error tolerance
+    detail: str = ""  # how the reference was made, where it needs saying (a fitted eps)
 
     @property
     def floor(self) -> float:
@@ -55,7 +58,8 @@ class LocalError:
         return {"npu": self.npu, "bench": self.bench, "tensor": self.tensor}
 
     def sentence(self) -> str:
-        return f"local error {self.npu:.3g} vs bench {self.bench:.3g} ({self.tensor})"
+        return (f"local error {self.npu:.3g} vs bench {self.bench:.3g} "
+                f"({self.tensor}{self.detail})")
 
 
 
@@ -63,13 +67,17 @@ def local_error(
     npu: Call, bench: Call, npu_fw: str, bench_fw: str, band: float
 ) -> LocalError | str:
     """Both sides' local errors, or why they cannot be measured here."""
+    kind = _norm_pair(npu, bench)
     replay_npu, replay_bench = replayer(npu, npu_fw), replayer(bench, bench_fw)
-    if replay_npu is None or replay_bench is None:
+    if kind is None and (replay_npu is None or replay_bench is None):
         return f"no float64 reference for {npu.prefix}.{npu.op}"
     if not all(r.has_data for r in _records(npu) + _records(bench)):
         return "no tensor data (statistics or md5 dump)"
     if max(_elements(npu), _elements(bench)) > MAX_REPLAY_ELEMENTS:
         return f"over {MAX_REPLAY_ELEMENTS} elements, not replayed"
+    if kind is not None:
+        return _norm_error(npu, bench, kind, band)
+    assert replay_npu is not None and replay_bench is not None
     try:
         ours = _side_error(npu, replay_npu(npu))
         theirs = _side_error(bench, replay_bench(bench))
@@ -80,6 +88,23 @@ def local_error(
     if ours is None or theirs is None:
         return "no float output to measure"
     return LocalError(ours[0], theirs[0], ours[1], ours[2], band)
+
+
+def _norm_pair(npu: Call, bench: Call) -> str | None:
+    """The norm kind when both sides are forward calls of the same kind of norm module."""
+    if npu.kind != "module" or bench.kind != "module" or npu.direction != "forward":
+        return None
+    kind = norm_kind(npu.op)
+    return kind if kind is not None and norm_kind(bench.op) == kind else None
+
+
+def _norm_error(npu: Call, bench: Call, kind: str, band: float) -> LocalError | str:
+    try:
+        fit = fit_pair(npu, bench, kind)
+    except (Unsupported, ValueError, ArithmeticError, AccuracyInputError) as exc:
+        return f"replay not possible: {exc}"
+    out = npu.output_tensors[0]
+    return LocalError(fit.npu_error, fit.bench_error, out.path, out.dtype, band, fit.detail())
 
 
 def replayer(call: Call, framework: str) -> replay.Replay | None:

@@ -36,6 +36,8 @@ class Provenance:
     flagged_inside: dict[int, int] = field(default_factory=dict)  # module -> first descendant
     repeat_of: dict[int, int] = field(default_factory=dict)  # node -> same finding, earlier
     made_in: dict[int, int] = field(default_factory=dict)  # node -> module whose code made it
+    # node -> the same call (name, rank) in the first earlier step that has it
+    same_call_earlier: dict[int, int] = field(default_factory=dict)
 
     def origin(self, index: int) -> int:
         """The node that made the divergence first seen at ``index``."""
@@ -65,6 +67,7 @@ def build(
     held: list[CompareCriteria] = []
     changed: set[tuple[int, int]] = set()  # (step, rank) where an output dtype already differed
     seen: dict[tuple[str, str, tuple[str, ...]], int] = {}
+    first_calls: dict[tuple[int, str], tuple[int, int]] = {}  # (rank, name) -> (step, node)
     for i, (dump, call, bench) in enumerate(pairs):
         prov.first_flag_before.append(first)
         twin = twin_step_before(identical, dump.step, dump.rank)
@@ -88,6 +91,9 @@ def build(
                                                               node_criteria.with_waiver(None))
         )
         prov.flagged.append(flagged)
+        earlier = first_calls.setdefault((dump.rank, call.name), (dump.step, i))
+        if earlier[0] < dump.step:
+            prov.same_call_earlier[i] = earlier[1]
         if flagged and first is None:
             first = i
         _index_outputs(prov, dump, call, i)

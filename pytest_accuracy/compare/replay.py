@@ -96,7 +96,7 @@ _MODULES: dict[str, Replay] = {
 def module_replay(class_name: str) -> Replay | None:
     """The replay of a standard layer by its class name, or None.
 
-    Only layers whose every input is recorded: msprobe does not record a norm layer's eps,
-    and a guessed eps would make a guess look like evidence, so norms keep the value rule.
+    Only layers whose every input is recorded; norm layers, whose eps msprobe does not
+    record, are replayed with the eps fitted to the bench (norms.py).
     """
     return _MODULES.get(class_name)

@@ -165,13 +165,22 @@ def _carry_across_shards(nodes: list[dict[str, Any]]) -> None:
     """A shard cannot see divergence in the shards before it: a node that failed there only
     because its inputs differed ("between", no finding of its own) or because a parameter
     changed after an identical step (an update, perhaps by the earlier divergence's gradients)
-    carries the earlier divergence, as in one run over all shards."""
+    carries the earlier divergence, as in one run over all shards; so does the same call
+    making a local error again in a later step's shard."""
     latest: str | None = None
+    made: dict[tuple[Any, Any], dict[str, Any]] = {}  # (rank, name) -> its local-error failure
     for node in nodes:
         if node.get("status") == "carried" and latest is not None:
             node["carried_from"] = latest  # as one run's summary names it
         if node.get("status") != "fail":
             continue
+        if node.get("finding") == "local_error":
+            earlier = made.setdefault((node.get("rank"), node.get("npu_name")), node)
+            if earlier is not node and earlier.get("step", 0) < node.get("step", 0):
+                node["status"], node["first_divergence"] = "carried", False
+                node["carried_from"] = (f"{earlier.get('npu_name')} (step {earlier.get('step')}, "
+                                        f"rank {earlier.get('rank')})")
+                continue
         # an update finding, too, holds only when nothing diverged earlier in the whole run
         if latest is not None and (node.get("finding") == "update" or (
                 node.get("divergence_kind") == "between" and not node.get("finding"))):
