@@ -95,7 +95,9 @@ def load_norm(call: Call, kind: str) -> NormCall:
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
         raise Unsupported("non-finite values in the norm's input or output")
     width = x.shape[-1]
-    weight, bias = _param(call, "weight", width), _param(call, "bias", width)
+    # MindSpore's nn.LayerNorm names them gamma and beta
+    weight = _param(call, ("weight", "gamma"), width)
+    bias = _param(call, ("bias", "beta"), width)
     x, y = x.reshape(-1, width), y.reshape(-1, width)
     if kind == "layer":
         x = x - x.mean(axis=1, keepdims=True)
@@ -103,9 +105,10 @@ def load_norm(call: Call, kind: str) -> NormCall:
                     np.zeros(width) if bias is None else bias)
 
 
-def _param(call: Call, name: str, width: int) -> np.ndarray | None:
+def _param(call: Call, names: tuple[str, ...], width: int) -> np.ndarray | None:
     for record in call.parameters:
-        if record.path.rsplit(".", 1)[-1] == name:
+        name = record.path.rsplit(".", 1)[-1]
+        if name in names:
             value = np.asarray(record.load(), dtype=np.float64).reshape(-1)
             if value.size != width:
                 raise Unsupported(f"norm {name} of {value.size} values over a last axis of {width}")
