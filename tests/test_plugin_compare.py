@@ -68,6 +68,12 @@ def test_eps_bug_fails_naming_first_divergence_l0(pytester: pytest.Pytester) -> 
         "Module.layers.1.n1.RMSNorm.forward.0 (step 0, rank 0): the same call made an error of "
         "its own in an earlier step and makes one again: one cause, failed once at*"])
     assert result.parseoutcomes()["failed"] == 3  # the node, local_norm, gradient_steps
+    result.stdout.fnmatch_lines([
+        "108 nodes only carry an earlier divergence (xfailed: their inputs already differ and "
+        "they add no error of their own).",
+        "1 node repeats an earlier failure's cause (xfailed: the same finding, or the same "
+        "call's own error in a later step; one cause fails once).",
+        "First divergence: *"])
 
 
 @pytest.mark.parametrize("config", ["mix_statistics", "L1_md5"])

@@ -219,9 +219,16 @@ def compare_verdict_lines(nodes: list[dict[str, Any]], first: dict[str, Any] | N
     count = {s: sum(n["status"] == s for n in nodes)
              for s in ("pass", "fail", "carried", "error", "skip", "unmatched", "waived")}
     lines = []
-    if count["carried"]:
-        lines.append(f"{count['carried']} nodes only carry an earlier divergence (xfailed: "
-                     "their inputs already differ and they add no error of their own).")
+    repeats = sum(n["status"] == "carried" and bool(n.get("finding")) for n in nodes)
+    carriers = count["carried"] - repeats
+    if carriers:
+        lines.append(f"{carriers} {'node only carries' if carriers == 1 else 'nodes only carry'} "
+                     "an earlier divergence (xfailed: their inputs already differ and they add "
+                     "no error of their own).")
+    if repeats:
+        lines.append(f"{repeats} {'node repeats' if repeats == 1 else 'nodes repeat'} an earlier "
+                     "failure's cause (xfailed: the same finding, or the same call's own error in "
+                     "a later step; one cause fails once).")
     if first:
         lines.append(_first_sentence(first))
     elif count["fail"]:
