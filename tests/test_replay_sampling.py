@@ -1,0 +1,43 @@
+"""Local error of matrix products measured on a row sample (compare/replay.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pytest_accuracy.compare.replay import SAMPLE_ROWS, _sample_rows, row_pick
+from pytest_accuracy.precheck.args import Bound
+from pytest_accuracy.precheck.registry import REFERENCES
+
+
+def test_row_pick_spans_first_and_last_row() -> None:
+    assert row_pick(SAMPLE_ROWS, flat=True) is None  # small enough: every row
+    picked = row_pick(1000, flat=True)
+    assert picked is not None
+    index, _ = picked
+    assert index[0] == 0 and index[-1] == 999 and len(index) == SAMPLE_ROWS
+    assert np.all(np.diff(index) > 0)
+
+
+def test_sampled_linear_equals_the_same_rows_of_the_full_product() -> None:
+    rng = np.random.default_rng(0)
+    x, w, b = rng.normal(size=(4, 300, 32)), rng.normal(size=(16, 32)), rng.normal(size=16)
+    full = REFERENCES["linear"].forward(Bound({"input": x, "weight": w, "bias": b}, {}))[0]
+    bound, pick = _sample_rows(Bound({"input": x, "weight": w, "bias": b}, {}), "linear")
+    assert pick is not None
+    sampled = REFERENCES["linear"].forward(bound)[0]
+    np.testing.assert_array_equal(sampled, pick(full))
+    assert sampled.shape == (SAMPLE_ROWS, 16)
+
+
+def test_sampled_batched_matmul_keeps_batches_and_cuts_rows() -> None:
+    rng = np.random.default_rng(1)
+    a, o = rng.normal(size=(2, 3, 200, 8)), rng.normal(size=(2, 3, 8, 5))
+    full = np.matmul(a, o)
+    bound, pick = _sample_rows(Bound({"input": a, "other": o}, {}), "matmul")
+    assert pick is not None
+    sampled = REFERENCES["matmul"].forward(bound)[0]
+    np.testing.assert_allclose(sampled, pick(full), rtol=1e-12)
+    assert sampled.shape == (2, 3, SAMPLE_ROWS, 5)
+    # a matrix-vector product has no row axis in its output: not sampled
+    _, vector_pick = _sample_rows(Bound({"input": a, "other": o[..., 0]}, {}), "matmul")
+    assert vector_pick is None
