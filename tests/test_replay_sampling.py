@@ -39,5 +39,5 @@ def test_sampled_batched_matmul_keeps_batches_and_cuts_rows() -> None:
     np.testing.assert_allclose(sampled, pick(full), rtol=1e-12)
     assert sampled.shape == (2, 3, SAMPLE_ROWS, 5)
     # a matrix-vector product has no row axis in its output: not sampled
-    _, vector_pick = _sample_rows(Bound({"input": a, "other": o[..., 0]}, {}), "matmul")
+    _, vector_pick = _sample_rows(Bound({"input": a, "other": o[0, 0, :, 0]}, {}), "matmul")
     assert vector_pick is None
