@@ -350,8 +350,27 @@ def _swap_bytes(elements: np.ndarray) -> np.ndarray:
 TensorRef = _TensorRef
 
 
+# data.pkl bytes -> the reference they unpickle to.  Tensors of one shape have byte-identical
+# pickles (the storage key and the file's name are not in them), and the opcode walk costs
+# more than the rest of reading a small tensor.  The reference is immutable and unpickling is
+# a pure function of the bytes; _checked_ref (limits are read per call) runs every time.
+_PARSED: dict[bytes, TensorRef] = {}
+_MAX_PARSED, _MAX_PARSED_BYTES = 4096, 1024
+
+
 def parse_tensor_pickle(data: bytes, path: Path) -> TensorRef:
     """The tensor reference in a data.pkl's bytes, checked; AccuracyInputError otherwise."""
+    ref = _PARSED.get(data)
+    if ref is None:
+        ref = _unpickle(data, path)
+        if len(data) <= _MAX_PARSED_BYTES:
+            if len(_PARSED) >= _MAX_PARSED:
+                _PARSED.clear()
+            _PARSED[bytes(data)] = ref
+    return _checked_ref(ref, path)
+
+
+def _unpickle(data: bytes, path: Path) -> TensorRef:
     try:
         _check_opcodes(data)
         obj = _TensorUnpickler(io.BytesIO(data)).load()
@@ -366,7 +385,7 @@ def parse_tensor_pickle(data: bytes, path: Path) -> TensorRef:
         raise AccuracyInputError(
             path, f"expected a single saved tensor, found {type(obj).__name__}"
         )
-    return _checked_ref(obj, path)
+    return obj
 
 
 def parse_byteorder(data: bytes, path: Path) -> str:
