@@ -225,11 +225,13 @@ def _members(directory: bytes, path: Path) -> dict[str, Member]:
     return members
 
 
-def record_prefix(names: Iterable[str], path: Path) -> str:
-    """``<name>/`` of the archive's one ``<name>/data.pkl``; every member name checked."""
+def record_prefix(names: Iterable[str], path: Path, *, checked: bool = False) -> str:
+    """``<name>/`` of the archive's one ``<name>/data.pkl``; every member name checked
+    (unless ``checked``: read_plain has done it)."""
     pickles = []
     for name in names:
-        check_member_name(name, path)
+        if not checked:
+            check_member_name(name, path)
         if name.endswith("/data.pkl") and name.count("/") == 1:
             pickles.append(name)
     if len(pickles) != 1:
@@ -248,7 +250,7 @@ def load_plain(fd: int, size: int, path: Path, use_mmap: bool) -> np.ndarray | N
     if archive is None:
         return None
     members = archive.members
-    prefix = record_prefix(members, path)
+    prefix = record_prefix(members, path, checked=True)
     pickled = members[f"{prefix}data.pkl"]
     if pickled.size > limit("pickle_bytes"):  # a single-tensor data.pkl is ~200 bytes
         raise AccuracyInputError(path, f"data.pkl size: {over('pickle_bytes', pickled.size)}")
