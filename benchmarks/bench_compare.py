@@ -127,12 +127,14 @@ def report(runs: dict[str, list[bm.Run]]) -> dict[str, Any]:
     return {"rows": rows}
 
 
-def growth(python: Path, work: Path, repeat: int, env: dict[str, str]) -> None:
+def growth(python: Path, work: Path, repeat: int, env: dict[str, str],
+           max_nodes: int, max_numel: int) -> None:
     """Time ours (serial, default) on generated dumps: node counts, then tensor bytes."""
     # (task, nodes, elements per tensor, share of nodes failing)
     cases = [("statistics", n, 64, 0.0) for n in (1000, 5000, 10000, 25000, 50000)]
     cases += [("statistics", 10000, 64, 0.5)]
     cases += [("tensor", 1000, numel, 0.0) for numel in (640, 6400, 32000, 80000)]
+    cases = [c for c in cases if c[1] <= max_nodes and c[2] <= max_numel]
     print(f"\n{'task':<10} {'nodes':>6} {'failing':>7} {'pair MB':>8} {'wall s':>7} "
           f"{'--co s':>7} {'ms/node':>8} {'RSS MB':>7}")
     for task, nodes, numel, failing in cases:
@@ -168,6 +170,10 @@ def main() -> None:
     ap.add_argument("--bench", type=Path, help="bench step dir")
     ap.add_argument("--large", action="store_true", help="the generated large pair (bug vs fp32)")
     ap.add_argument("--growth", action="store_true", help="the cost-growth table")
+    ap.add_argument("--growth-max-nodes", type=int, default=50000,
+                    help="--growth: leave out cases with more nodes")
+    ap.add_argument("--growth-max-numel", type=int, default=80000,
+                    help="--growth: leave out tensor cases with more elements per tensor")
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of ours")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--msprobe", help="msprobe executable (default: PATH, known venvs)")
@@ -189,7 +195,7 @@ def main() -> None:
     print(f"ours: {bm.describe_checkout(root)}; msprobe: {msprobe}; cpus {os.cpu_count()}; "
           f"load {os.getloadavg()}")
     if args.growth:
-        growth(python, work, args.repeat, env)
+        growth(python, work, args.repeat, env, args.growth_max_nodes, args.growth_max_numel)
         return
     if args.large:
         npu = make_large_pair.step_dir(work / "large", "bug")
