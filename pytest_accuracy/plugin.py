@@ -64,11 +64,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
         config.pluginmanager.register(MergePlugin(config), "accuracy-merge")
         return
+    from pytest_accuracy.suite.protocol import LightProtocol
     from pytest_accuracy.suite.readahead import ReadAhead
     from pytest_accuracy.suite.summary import AccuracyResults
 
     config.pluginmanager.register(AccuracyResults(config), "accuracy-results")
     config.pluginmanager.register(ReadAhead(config), "accuracy-readahead")
+    config.pluginmanager.register(LightProtocol(config), "accuracy-protocol")
 
 
 def _take_node_ids(config: pytest.Config) -> list[str]:

@@ -79,23 +79,25 @@ class Comparison:
         _one_blas_thread()
         if self._workers <= 1:
             with self._lock:
-                if index not in self._futures:
-                    done: Future[NodeResult] = Future()
-                    done.set_result(self._compute(index))
-                    self._futures[index] = done
-            result = self._futures[index].result()
-            self._done[index] = result
+                result = self._done.get(index)
+                if result is None:
+                    result = self._done[index] = self._compute(index)
             return result
         if ahead is None:
             ahead = range(index + 1, min(index + self._workers, len(self.entries)))
         with self._lock:
+            if index in self._done:
+                return self._done[index]
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="acc-compare")
             for i in (index, *ahead[: self._workers - 1]):
-                if i not in self._futures and 0 <= i < len(self.entries):
+                if i not in self._futures and i not in self._done and 0 <= i < len(self.entries):
                     self._futures[i] = self._pool.submit(self._compute, i)
-        result = self._futures[index].result()
-        self._done[index] = result
+            future = self._futures[index]
+        result = future.result()
+        with self._lock:  # a finished future holds a lock and a condition: ~1 KB a node
+            self._done[index] = result
+            self._futures.pop(index, None)
         return result
 
     def results(self) -> list[NodeResult]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +45,22 @@ def write_json(doc: dict[str, Any], path: str | Path) -> Path:
     """Strict JSON: NaN becomes null, +-inf the strings "inf"/"-inf" (a zero bench element)."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(_strict(doc), indent=2, default=str, allow_nan=False)
-    out.write_text(text + "\n", encoding="utf-8")
+    out.write_text(document_text(_strict(doc)) + "\n", encoding="utf-8")
     return out
+
+
+def document_text(doc: dict[str, Any]) -> str:
+    """Indented JSON with one compact line per compare node: ``grep``-able, and written by
+    json's C encoder (indented output takes the pure-Python one: 0.2 ms per node)."""
+    section = doc.get("compare")
+    nodes = section.get("nodes") if isinstance(section, dict) else None
+    if not nodes or not isinstance(section, dict):
+        return json.dumps(doc, indent=2, default=str, allow_nan=False)
+    token = f"nodes-{uuid.uuid4().hex}"  # no input-derived string can equal it
+    shell = {**doc, "compare": {**section, "nodes": token}}
+    head, tail = json.dumps(shell, indent=2, default=str, allow_nan=False).split(f'"{token}"')
+    lines = ",\n".join("      " + json.dumps(n, default=str, allow_nan=False) for n in nodes)
+    return f"{head}[\n{lines}\n    ]{tail}"
 
 
 def _strict(value: Any) -> Any:

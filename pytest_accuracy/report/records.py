@@ -23,8 +23,14 @@ STATS_COLUMNS = {
 }
 
 
-def node_record(result: NodeResult, first: FirstDivergence | None) -> dict[str, Any]:
-    """One JSON-able record per NPU node; metrics are those of its worst output."""
+def node_record(
+    result: NodeResult, first: FirstDivergence | None, *, rows: bool = True
+) -> dict[str, Any]:
+    """One JSON-able record per NPU node; metrics are those of its worst output.
+
+    ``rows`` (msprobe's per-tensor table) only feed the report folder's CSV: without one they
+    are left out, the most of a record's memory (kept for every node until the session ends).
+    """
     worst = _worst_output(result)
     record: dict[str, Any] = {
         "npu_name": result.npu.name,
@@ -48,7 +54,7 @@ def node_record(result: NodeResult, first: FirstDivergence | None) -> dict[str, 
         "carried_from": result.carried_from,
         "tolerance": vars(result.tolerance) if result.tolerance is not None else None,
         "twin_step": result.twin_step,
-        "rows": [tensor_row(result, t) for t in result.inputs + result.outputs],
+        "rows": [tensor_row(result, t) for t in result.inputs + result.outputs] if rows else [],
     }
     record.update(_metric_fields(worst))
     record["parent"] = result.npu.parent  # construct.json: the report's module tree

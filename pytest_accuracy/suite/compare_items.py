@@ -50,7 +50,7 @@ class CompareItem(AccuracyItem):
         result = cmp.node(self.index, ahead=self.stash.get(AHEAD_KEY, None))
         # Each failing node describes itself; the controller picks the earliest (xdist-safe).
         own = describe(cmp, cmp.with_inputs(self.index)) if result.status == "fail" else None
-        record = node_record(result, own)
+        record = node_record(result, own, rows=bool(setting(self.config, "report")))
         record["order"] = self.index
         if own is not None:
             record["first"] = {**own.as_dict(), "index": own.index}

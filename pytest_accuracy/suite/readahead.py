@@ -28,7 +28,7 @@ class ReadAhead:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
-        compare_item = _compare_item_type()
+        compare_item = compare_item_type()
         if compare_item is None or not isinstance(item, compare_item):
             return None
         index = item.index
@@ -44,7 +44,7 @@ class ReadAhead:
         return None
 
 
-def _compare_item_type() -> type[CompareItem] | None:
+def compare_item_type() -> type[CompareItem] | None:
     """The compare item class if its module is loaded: if not, no compare item exists, and
     importing it here would load numpy and the compare core into every test of a project that
     merely has the plugin installed."""

@@ -37,6 +37,7 @@ class AccuracyResults:
         # come out in the same order as in a serial run: the same JSON document either way.
         self.positions: dict[str, int] = {}
         self.group_ids: dict[int, str] = {}
+        self.worker = hasattr(config, "workerinput")
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if session.items:  # empty on the xdist controller: the workers collect
@@ -58,14 +59,18 @@ class AccuracyResults:
         report = yield
         record = item.stash.get(RECORD_KEY, None)
         if record is not None and call.when == "call":
-            # user_properties travel from xdist workers to the controller.
-            report.user_properties.append(("accuracy", json.dumps(record, default=str)))
+            del item.stash[RECORD_KEY]  # the report holds it now: one copy per node, not two
+            if self.worker or not _json_native(record):
+                # user_properties travel from xdist workers to the controller, as JSON text
+                report.user_properties.append(("accuracy", json.dumps(record, default=str)))
+            else:  # in process: what JSON would give back, without the round trip's copy
+                report.user_properties.append(("accuracy", record))
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         for name, value in report.user_properties:
             if name == "accuracy":
-                self._add(report, json.loads(str(value)))
+                self._add(report, record_of(value))
 
     def _add(self, report: pytest.TestReport, record: dict[str, Any]) -> None:
         self.outcomes[report.outcome] = self.outcomes.get(report.outcome, 0) + 1
@@ -233,6 +238,12 @@ def compare_verdict_lines(nodes: list[dict[str, Any]], first: dict[str, Any] | N
         lines.append(_first_sentence(first))
     elif count["fail"]:
         lines.append("Compare failed; the first divergent node was not among the items run.")
+    elif count["carried"]:  # its cause skipped by a mark, or deselected: still no pass
+        source = next(n for n in nodes if n["status"] == "carried")
+        many = "node carries" if count["carried"] == 1 else "nodes carry"
+        lines.append(f"Compare failed: {count['carried']} {many} a divergence whose cause "
+                     f"was not among the items run (the first is carried from "
+                     f"{source['carried_from']}).")
     elif count["error"] and not count["pass"]:
         bad = next(n for n in nodes if n["status"] == "error")
         why = str(bad["reason"]).splitlines()[0] if bad["reason"] else "unreadable"
@@ -252,6 +263,21 @@ def _first_sentence(first: dict[str, Any]) -> str:
     return divergence_sentence(first)
 
 
+def record_of(value: Any) -> dict[str, Any]:
+    """An item's record from its report: the dict itself in process, JSON text from a worker."""
+    return value if isinstance(value, dict) else dict(json.loads(str(value)))
+
+
+def _json_native(value: Any) -> bool:
+    """Whether ``value`` is exactly what ``json.loads(json.dumps(value))`` would give back."""
+    kind = type(value)
+    if kind is dict:
+        return all(type(k) is str and _json_native(v) for k, v in value.items())
+    if kind is list:
+        return all(_json_native(v) for v in value)
+    return kind in (str, int, float, bool) or value is None
+
+
 def _sort_failures(config: pytest.Config) -> None:
     """Failure blocks in execution order, also under xdist: the first divergence leads."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
@@ -262,7 +288,7 @@ def _sort_failures(config: pytest.Config) -> None:
     def key(report: Any) -> tuple[int, int, int, int]:
         for name, value in getattr(report, "user_properties", []):
             if name == "accuracy":
-                record = json.loads(str(value))
+                record = record_of(value)
                 if "step" in record and "order" in record:
                     return (0, record["step"], record["rank"], record["order"])
         return (1, 0, 0, 0)
