@@ -19,7 +19,9 @@ hits all alike, it measures on the same files:
 It checks that ``-n 2`` writes the same JSON document as the serial run. Children run with
 bytecode caching on (``PYTHONDONTWRITEBYTECODE`` removed, as on a user's machine) after an
 untimed warm-up; every file is read once first (warm page cache). ``--growth`` generates
-dumps with make_many_nodes.py (1k-50k nodes; 10 MB-1.2 GB of tensors) and times ours on each.
+dumps with make_many_nodes.py (1k-50k nodes; 10 MB-1.2 GB of tensors) and times ours on each,
+beside the baseline measured in the same run: as many empty parametrized tests, plugin off
+(pytest's own cost per item on this machine).
 """
 
 from __future__ import annotations
@@ -136,7 +138,9 @@ def growth(python: Path, work: Path, repeat: int, env: dict[str, str],
     cases += [("tensor", 1000, numel, 0.0) for numel in (640, 6400, 32000, 80000)]
     cases = [c for c in cases if c[1] <= max_nodes and c[2] <= max_numel]
     print(f"\n{'task':<10} {'nodes':>6} {'failing':>7} {'pair MB':>8} {'wall s':>7} "
-          f"{'--co s':>7} {'ms/node':>8} {'RSS MB':>7}")
+          f"{'--co s':>7} {'ms/node':>8} {'RSS MB':>7} {'empty ms':>8} {'ratio':>6} "
+          f"{'empty MB':>8}")
+    empty: dict[int, tuple[float, float]] = {}
     for task, nodes, numel, failing in cases:
         out = work / "growth" / f"{task}_{nodes}_{numel}_{failing}"
         if not (out / "made.json").is_file():
@@ -159,9 +163,35 @@ def growth(python: Path, work: Path, repeat: int, env: dict[str, str],
             rss.append(run.peak_mb)
             cos.append(bm.measure(co, cwd=out, env=env).wall_s)
         wall, base = statistics.median(walls), statistics.median(cos)
+        if nodes not in empty:
+            empty[nodes] = empty_items(python, work, nodes, repeat, env)
+        per_node = 1000 * (wall - base) / nodes
         print(f"{task:<10} {nodes:>6} {failing:>7.0%} {made['pair_mb']:>8.1f} {wall:>7.2f} "
-              f"{base:>7.2f} "
-              f"{1000 * (wall - base) / nodes:>8.3f} {statistics.median(rss):>7.0f}", flush=True)
+              f"{base:>7.2f} {per_node:>8.3f} {statistics.median(rss):>7.0f} "
+              f"{empty[nodes][0]:>8.3f} {per_node / empty[nodes][0]:>6.2f} "
+              f"{empty[nodes][1]:>8.0f}", flush=True)
+
+
+def empty_items(python: Path, work: Path, nodes: int, repeat: int, env: dict[str, str]
+                ) -> tuple[float, float]:
+    """The baseline: pytest's own cost per item, as ms per item after collection (the same
+    formula as ours) and peak RSS, for as many empty parametrized tests, plugin disabled."""
+    folder = work / "growth" / f"empty_{nodes}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "test_empty.py").write_text(
+        f"import pytest\n\n\n@pytest.mark.parametrize('i', range({nodes}))\n"
+        "def test_empty(i):\n    pass\n")
+    cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:accuracy",
+           "test_empty.py"]
+    bm.measure(cmd, cwd=folder, env=env)
+    walls, cos, rss = [], [], []
+    for _ in range(repeat):
+        run = bm.measure(cmd, cwd=folder, env=env)
+        walls.append(run.wall_s)
+        rss.append(run.peak_mb)
+        cos.append(bm.measure([*cmd, "--co"], cwd=folder, env=env).wall_s)
+    per_item = 1000 * (statistics.median(walls) - statistics.median(cos)) / nodes
+    return per_item, statistics.median(rss)
 
 
 def main() -> None:
