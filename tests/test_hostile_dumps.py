@@ -192,12 +192,27 @@ def test_run_budget_refuses_loads_past_it(tmp_path: Path, monkeypatch: pytest.Mo
     from pytest_accuracy.limits import RUN_BUDGET
 
     path = _float_pt(tmp_path / "t.pt", np.zeros(32, np.float32))
+    other = _float_pt(tmp_path / "u.pt", np.ones(32, np.float32))
     RUN_BUDGET.reset()
     monkeypatch.setenv("ACC_MAX_RUN_TENSOR_BYTES", "200")
     load_array(path)
+    load_array(path)  # asked again: served from the recent arrays, nothing read or counted
     with pytest.raises(AccuracyInputError, match="tensor bytes loaded in this run: 256 is over"):
-        load_array(path)
+        load_array(other)
     RUN_BUDGET.reset()
+
+
+def test_recent_arrays_are_shared_read_only_and_a_rewritten_file_is_read_again(
+    tmp_path: Path,
+) -> None:
+    path = _float_pt(tmp_path / "t.pt", np.arange(8, dtype=np.float32))
+    first = load_array(path)
+    assert load_array(path) is first and not first.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        first[0] = 5.0
+    _float_pt(tmp_path / "t.pt", np.arange(9, dtype=np.float32))  # rewritten in place
+    again = load_array(path)
+    assert again is not first and again.tolist() == list(range(9))
 
 
 def test_huge_npy_header_is_refused_before_reading_it(tmp_path: Path) -> None:
