@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
-from pytest_accuracy.precheck.report import precheck_json, write_precheck_csvs
-from pytest_accuracy.precheck.results import OutputCheck, PrecheckCase, PrecheckResult
-from pytest_accuracy.precheck.runner import plan, run_case
+from importlib import import_module
+from typing import Any
 
-__all__ = [
-    "OutputCheck",
-    "PrecheckCase",
-    "PrecheckResult",
-    "plan",
-    "precheck_json",
-    "run_case",
-    "write_precheck_csvs",
-]
+# Loaded on first use: the compare's replays import precheck.args and the references, and
+# every compare process would otherwise pay for the runner and the report (~35 ms).
+_EXPORTS = {
+    "OutputCheck": "results",
+    "PrecheckCase": "results",
+    "PrecheckResult": "results",
+    "plan": "runner",
+    "run_case": "runner",
+    "precheck_json": "report",
+    "write_precheck_csvs": "report",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
