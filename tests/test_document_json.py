@@ -25,3 +25,20 @@ def test_nodes_are_one_line_each_and_the_data_is_unchanged() -> None:
 def test_without_compare_nodes_it_is_plain_indented_json() -> None:
     doc = {"version": 1, "compare": {"nodes": []}, "loss": {"verdict": "pass"}}
     assert document_text(doc) == json.dumps(doc, indent=2)
+
+
+def test_records_kept_in_process_are_exactly_what_json_gives_back() -> None:
+    """In process a record skips the JSON round trip only when the trip would not change it."""
+    import numpy as np
+
+    from pytest_accuracy.suite.summary import _json_native
+
+    native = {"a": [1, 2.5, None, True, "x", {"b": [], "c": {"d": -3}}]}
+    assert _json_native(native) and json.loads(json.dumps(native)) == native
+    for changed in ({"a": (1, 2)}, {1: "x"}, {"a": np.float32(0.5)}, {"a": [{"b": np.int64(3)}]},
+                    {"a": {"b": {1, 2}}}):
+        assert not _json_native(changed)
+        try:
+            assert json.loads(json.dumps(changed, default=str)) != changed
+        except TypeError:  # not even JSON: it would travel as text
+            pass

@@ -268,14 +268,26 @@ def record_of(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else dict(json.loads(str(value)))
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _json_native(value: Any) -> bool:
     """Whether ``value`` is exactly what ``json.loads(json.dumps(value))`` would give back."""
-    kind = type(value)
-    if kind is dict:
-        return all(type(k) is str and _json_native(v) for k, v in value.items())
-    if kind is list:
-        return all(_json_native(v) for v in value)
-    return kind in (str, int, float, bool) or value is None
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind in _SCALARS:
+            continue
+        if kind is dict:
+            if not all(type(key) is str for key in item):
+                return False
+            pending.extend(item.values())
+        elif kind is list:
+            pending.extend(item)
+        else:  # a tuple, a numpy number, an object: JSON would give back something else
+            return False
+    return True
 
 
 def _sort_failures(config: pytest.Config) -> None:
