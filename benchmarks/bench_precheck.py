@@ -46,7 +46,7 @@ _OURS = """
 import json, sys, time
 t0 = time.perf_counter()
 from pytest_accuracy.dumps.layout import load_dumps
-from pytest_accuracy.precheck import plan, run_case
+from pytest_accuracy.precheck.runner import plan, run_case
 t1 = time.perf_counter()
 cases = plan(load_dumps(sys.argv[1]), device=sys.argv[2])
 t2 = time.perf_counter()

@@ -10,7 +10,7 @@ import pytest
 
 from pytest_accuracy.dumps.layout import load_dumps
 from pytest_accuracy.errors import AccuracyInputError
-from pytest_accuracy.precheck import plan, run_case
+from pytest_accuracy.precheck.runner import plan, run_case
 
 
 def _t(shape: list[int], dtype: str = "torch.float32", lo: Any = -1.0, hi: Any = 1.0) -> dict:

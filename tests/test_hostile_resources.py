@@ -142,7 +142,7 @@ def test_precheck_full_of_20000_squared(tmp_path: Path) -> None:
                                                 "framework": "pytorch", "data": data}))
     code = """
     from pytest_accuracy.dumps.layout import load_dumps
-    from pytest_accuracy.precheck import plan, run_case
+    from pytest_accuracy.precheck.runner import plan, run_case
     [case] = plan(load_dumps(Path(sys.argv[0]).parent / "d"))
     result = run_case(case)
     done(f"{result.status}: {result.reason}")

@@ -20,13 +20,9 @@ import pytest
 from pytest_accuracy.dumps.layout import load_dumps
 from pytest_accuracy.dumps.model import TensorRecord
 from pytest_accuracy.errors import AccuracyInputError, MissingExtraError
-from pytest_accuracy.precheck import (
-    PrecheckResult,
-    plan,
-    precheck_json,
-    run_case,
-    write_precheck_csvs,
-)
+from pytest_accuracy.precheck.report import precheck_json, write_precheck_csvs
+from pytest_accuracy.precheck.results import PrecheckResult
+from pytest_accuracy.precheck.runner import plan, run_case
 
 DUMPS = Path(__file__).resolve().parent.parent / "example_data" / "dumps"
 TENSOR = {"pytorch": DUMPS / "pt_fp32" / "L1_tensor", "mindspore": DUMPS / "ms_fp32" / "L1_tensor"}
@@ -289,7 +285,7 @@ for name in ("torch", "torch_npu", "mindspore"):
     sys.modules[name] = None  # every import of them fails, as when not installed
 from pytest_accuracy.dumps.layout import load_dumps
 from pytest_accuracy.errors import MissingExtraError
-from pytest_accuracy.precheck import plan, run_case
+from pytest_accuracy.precheck.runner import plan, run_case
 for path in sys.argv[1:]:
     results = [run_case(c) for c in plan(load_dumps(path))]
     assert results and all(r.status in ("pass", "skip") for r in results), path

@@ -12,7 +12,8 @@ import pytest
 from pytest_accuracy.dumps.layout import load_dumps
 from pytest_accuracy.errors import MissingExtraError
 from pytest_accuracy.options import BY_DEST, OptionValueError, parse_value
-from pytest_accuracy.precheck import executors, plan, run_case
+from pytest_accuracy.precheck import executors
+from pytest_accuracy.precheck.runner import plan, run_case
 from tests.helpers import dump
 
 HINT = (

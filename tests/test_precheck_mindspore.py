@@ -31,10 +31,12 @@ if mindspore_problem():
     pytest.skip(str(mindspore_problem()), allow_module_level=True)
 
 from pytest_accuracy.dumps.layout import load_dumps
-from pytest_accuracy.precheck import PrecheckResult, ms_ops, plan, run_case
+from pytest_accuracy.precheck import ms_ops
 from pytest_accuracy.precheck.args import Bound, Unsupported
 from pytest_accuracy.precheck.executors import DeviceJob, make_executor
 from pytest_accuracy.precheck.registry import resolve
+from pytest_accuracy.precheck.results import PrecheckResult
+from pytest_accuracy.precheck.runner import plan, run_case
 from tests.helpers import ROOT, dump
 
 L1 = dump("ms_fp32", "L1_tensor")
@@ -137,7 +139,7 @@ def test_a_device_mindspore_cannot_use_is_a_usage_error(tmp_path: Path) -> None:
     # A subprocess: MindSpore's device is process-wide and this test must not set it here.
     code = (
         "from pytest_accuracy.dumps.layout import load_dumps\n"
-        "from pytest_accuracy.precheck import plan\n"
+        "from pytest_accuracy.precheck.runner import plan\n"
         "import sys\n"
         "try:\n    plan(load_dumps(sys.argv[1]), device='mindspore:gpu')\n"
         "except ValueError as exc:\n    print('REFUSED', exc)\n"

@@ -17,7 +17,7 @@ class PrecheckGroup(AccuracyGroup):
     def collect(self) -> Iterator[pytest.Item]:
         from pytest_accuracy.dumps.layout import load_dumps
         from pytest_accuracy.errors import AccuracyInputError, MissingExtraError
-        from pytest_accuracy.precheck import plan
+        from pytest_accuracy.precheck.runner import plan
 
         npu = path_setting(self.config, "npu")
         if npu is None:
@@ -44,8 +44,8 @@ class PrecheckItem(AccuracyItem):
     def runtest(self) -> None:
         from dataclasses import asdict
 
-        from pytest_accuracy.precheck import precheck_json, run_case
-        from pytest_accuracy.precheck.report import details_rows, result_rows
+        from pytest_accuracy.precheck.report import details_rows, precheck_json, result_rows
+        from pytest_accuracy.precheck.runner import run_case
 
         result = run_case(self.case)  # a bad tensor file raises and fails this item, named
         layout = "mindspore" if result.framework == "mindspore" else "pytorch"
