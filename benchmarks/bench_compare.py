@@ -154,22 +154,28 @@ def growth(python: Path, work: Path, repeat: int, env: dict[str, str],
         npu, bench = out / "npu" / "step0", out / "bench" / "step0"
         bm.prewarm(npu, bench)
         cmd = pytest_cmd(python, npu, bench, out / "run", [])
-        co = pytest_cmd(python, npu, bench, out / "run", ["--co"])
-        bm.measure(cmd, cwd=out, env=env)
-        walls, rss, cos = [], [], []
-        for _ in range(repeat):
-            run = bm.measure(cmd, cwd=out, env=env)
-            walls.append(run.wall_s)
-            rss.append(run.peak_mb)
-            cos.append(bm.measure(co, cwd=out, env=env).wall_s)
-        wall, base = statistics.median(walls), statistics.median(cos)
+        wall, base, rss = run_and_collect(cmd, out, repeat, env)
         if nodes not in empty:
             empty[nodes] = empty_items(python, work, nodes, repeat, env)
         per_node = 1000 * (wall - base) / nodes
         print(f"{task:<10} {nodes:>6} {failing:>7.0%} {made['pair_mb']:>8.1f} {wall:>7.2f} "
-              f"{base:>7.2f} {per_node:>8.3f} {statistics.median(rss):>7.0f} "
+              f"{base:>7.2f} {per_node:>8.3f} {rss:>7.0f} "
               f"{empty[nodes][0]:>8.3f} {per_node / empty[nodes][0]:>6.2f} "
               f"{empty[nodes][1]:>8.0f}", flush=True)
+
+
+def run_and_collect(cmd: list[str], cwd: Path, repeat: int, env: dict[str, str]
+                    ) -> tuple[float, float, float]:
+    """Medians of the run's wall time, of ``cmd --co``'s (collection only) and the run's peak
+    RSS, after an untimed warm-up run; run and collection alternate."""
+    bm.measure(cmd, cwd=cwd, env=env)
+    walls, cos, rss = [], [], []
+    for _ in range(repeat):
+        run = bm.measure(cmd, cwd=cwd, env=env)
+        walls.append(run.wall_s)
+        rss.append(run.peak_mb)
+        cos.append(bm.measure([*cmd, "--co"], cwd=cwd, env=env).wall_s)
+    return statistics.median(walls), statistics.median(cos), statistics.median(rss)
 
 
 def empty_items(python: Path, work: Path, nodes: int, repeat: int, env: dict[str, str]
@@ -183,15 +189,8 @@ def empty_items(python: Path, work: Path, nodes: int, repeat: int, env: dict[str
         "def test_empty(i):\n    pass\n")
     cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:accuracy",
            "test_empty.py"]
-    bm.measure(cmd, cwd=folder, env=env)
-    walls, cos, rss = [], [], []
-    for _ in range(repeat):
-        run = bm.measure(cmd, cwd=folder, env=env)
-        walls.append(run.wall_s)
-        rss.append(run.peak_mb)
-        cos.append(bm.measure([*cmd, "--co"], cwd=folder, env=env).wall_s)
-    per_item = 1000 * (statistics.median(walls) - statistics.median(cos)) / nodes
-    return per_item, statistics.median(rss)
+    wall, base, rss = run_and_collect(cmd, folder, repeat, env)
+    return 1000 * (wall - base) / nodes, rss
 
 
 def main() -> None:

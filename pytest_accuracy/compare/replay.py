@@ -35,14 +35,14 @@ class Sampled(list[np.ndarray]):
         self.pick = pick
 
 
-def row_pick(rows: int, flat: bool) -> tuple[np.ndarray, Pick] | None:
-    """The sampled row indices and how to take them from an output, or None: all rows."""
+def row_pick(rows: int, flat: bool) -> Pick | None:
+    """How to take the sampled rows from an operand or an output, or None: all rows."""
     if rows <= SAMPLE_ROWS:
         return None
     index = np.unique(np.linspace(0, rows - 1, SAMPLE_ROWS).round().astype(np.intp))
     if flat:  # linear: every leading axis is a row
-        return index, lambda a: a.reshape(-1, a.shape[-1])[index]
-    return index, lambda a: np.take(a, index, axis=-2)
+        return lambda a: a.reshape(-1, a.shape[-1])[index]
+    return lambda a: np.take(a, index, axis=-2)
 
 
 def _sample_rows(bound: Bound, op: str) -> tuple[Bound, Pick | None]:
@@ -57,12 +57,10 @@ def _sample_rows(bound: Bound, op: str) -> tuple[Bound, Pick | None]:
         return bound, None  # a matrix-vector product has no row axis left in its output
     flat = op == "linear"
     rows = int(np.prod(value.shape[:-1])) if flat else value.shape[-2]
-    picked = row_pick(rows, flat)
-    if picked is None:
+    pick = row_pick(rows, flat)
+    if pick is None:
         return bound, None
-    index, pick = picked
-    cut = value.reshape(-1, value.shape[-1])[index] if flat else np.take(value, index, axis=-2)
-    return Bound({**bound.values, name: cut}, bound.dtypes), pick
+    return Bound({**bound.values, name: pick(value)}, bound.dtypes), pick
 
 
 def api_replay(spec: ApiSpec) -> Replay:

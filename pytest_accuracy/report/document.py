@@ -53,9 +53,9 @@ def document_text(doc: dict[str, Any]) -> str:
     """Indented JSON with one compact line per compare node: ``grep``-able, and written by
     json's C encoder (indented output takes the pure-Python one: 0.2 ms per node)."""
     section = doc.get("compare")
-    nodes = section.get("nodes") if isinstance(section, dict) else None
-    if not nodes or not isinstance(section, dict):
+    if not isinstance(section, dict) or not section.get("nodes"):
         return json.dumps(doc, indent=2, default=str, allow_nan=False)
+    nodes = section["nodes"]
     token = f"nodes-{uuid.uuid4().hex}"  # no input-derived string can equal it
     shell = {**doc, "compare": {**section, "nodes": token}}
     head, tail = json.dumps(shell, indent=2, default=str, allow_nan=False).split(f'"{token}"')

@@ -28,6 +28,7 @@ class LightProtocol:
     """
 
     def __init__(self, config: pytest.Config) -> None:
+        self.reraise = _reraised(config)
         self.enabled = os.environ.get("PYTEST_ACCURACY_FULL_PROTOCOL", "") in ("", "0") and not any(
             config.getoption(name, False) for name in _NEEDS_FULL_PROTOCOL
         )
@@ -40,7 +41,7 @@ class LightProtocol:
             return None
         ihook = item.ihook  # a conftest lookup per access: once per item here
         ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-        reraise = _reraised(item.config)
+        reraise = self.reraise
         setup = pytest.CallInfo.from_call(_nothing, when="setup", reraise=reraise)
         report = _report(ihook, item, setup)
         if report.passed:
