@@ -64,6 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
         config.pluginmanager.register(MergePlugin(config), "accuracy-merge")
         return
+    from pytest_accuracy.suite.heap import HeapSettings
     from pytest_accuracy.suite.protocol import LightProtocol
     from pytest_accuracy.suite.readahead import ReadAhead
     from pytest_accuracy.suite.summary import AccuracyResults
@@ -71,6 +72,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(AccuracyResults(config), "accuracy-results")
     config.pluginmanager.register(ReadAhead(config), "accuracy-readahead")
     config.pluginmanager.register(LightProtocol(config), "accuracy-protocol")
+    config.pluginmanager.register(HeapSettings(config), "accuracy-heap")
 
 
 def _take_node_ids(config: pytest.Config) -> list[str]:
