@@ -5,46 +5,48 @@ from __future__ import annotations
 import atexit
 import gc
 import os
-from collections.abc import Generator
 
 import pytest
 
 from pytest_accuracy.suite.readahead import compare_item_type
 
-# Young-generation passes between two heap-wide ones while compare items run (CPython: 10).
+# Young-generation passes between two heap-wide ones in a compare run (CPython's default: 10).
 RUN_FULL_EVERY = 1000
 _FROZEN_AT_EXIT: list[bool] = []
 
 
 class HeapSettings:
-    """Registered plugin: spares the compare run the collector's passes over its whole heap.
+    """Registered plugin: spares a compare run the collector's passes over its whole heap.
 
-    What a compare run allocates stays alive to its end (items, reports, node results): a
-    heap-wide pass finds nearly nothing (250 of ~600,000 objects per pass at 10,000 nodes)
-    and scans everything, each time the heap has grown by a quarter: 9 s of a 50,000-node run.
-    While compare items run, such a pass comes after ``RUN_FULL_EVERY`` young-generation
-    passes instead of 10 (the young ones, which free what a node leaves behind, are kept);
-    the setting is restored after the loop. At exit the heap is frozen, so the interpreter's
-    last pass does not visit and free, one by one, what the process is about to give back:
-    1.8 s of a 10,000-node run. Python makes no promise to finalize objects still alive at
-    exit; ``gc.collect()`` called explicitly is unchanged. ``PYTEST_ACCURACY_DEFAULT_GC=1``
-    keeps the collector's own settings.
+    What a compare run allocates stays alive to its end (dump models, items, reports, node
+    results): a heap-wide pass finds nearly nothing (250 of ~600,000 objects per pass at
+    10,000 nodes) and scans everything, each time the heap has grown by a quarter: 9 s of a
+    50,000-node run. From configure to unconfigure such a pass comes after ``RUN_FULL_EVERY``
+    young-generation passes instead of 10 (the young ones, which free what a node leaves
+    behind, are kept); unconfigure restores the setting. When compare items ran, the heap is
+    frozen at exit, so the interpreter's last pass does not visit and free, one by one, what
+    the process is about to give back: 1.8 s of a 10,000-node run. Python makes no promise to
+    finalize objects still alive at exit, and ``gc.collect()`` called explicitly (pytest's own
+    at unconfigure) is unchanged. ``PYTEST_ACCURACY_DEFAULT_GC=1`` keeps the collector's own
+    settings.
     """
 
     def __init__(self, config: pytest.Config) -> None:
         self.enabled = os.environ.get("PYTEST_ACCURACY_DEFAULT_GC", "") in ("", "0")
+        self.saved = gc.get_threshold()
+        if self.enabled:
+            young, middle, full = self.saved
+            gc.set_threshold(young, middle, max(full, RUN_FULL_EVERY))
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
-        if not self.enabled or not _runs_compare(session):
-            return (yield)
-        _freeze_at_exit()
-        young, middle, full = gc.get_threshold()
-        gc.set_threshold(young, middle, max(full, RUN_FULL_EVERY))
-        try:
-            return (yield)
-        finally:
-            gc.set_threshold(young, middle, full)
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        if self.enabled and _runs_compare(session):
+            _freeze_at_exit()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.enabled:
+            gc.set_threshold(*self.saved)
 
 
 def _runs_compare(session: pytest.Session) -> bool:
