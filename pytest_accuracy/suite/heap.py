@@ -20,8 +20,8 @@ class HeapSettings:
 
     What a compare run allocates stays alive to its end (dump models, items, reports, node
     results): a heap-wide pass finds nearly nothing (250 of ~600,000 objects per pass at
-    10,000 nodes) and scans everything, each time the heap has grown by a quarter: 9 s of a
-    50,000-node run. From configure to unconfigure such a pass comes after ``RUN_FULL_EVERY``
+    10,000 nodes) and scans everything, each time the heap has grown by a quarter: 6.6 s of
+    a 50,000-node run. From configure to unconfigure such a pass comes after ``RUN_FULL_EVERY``
     young-generation passes instead of 10 (the young ones, which free what a node leaves
     behind, are kept); unconfigure restores the setting. When compare items ran, the heap is
     frozen at exit, so the interpreter's last pass does not visit and free, one by one, what
