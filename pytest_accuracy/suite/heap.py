@@ -50,8 +50,8 @@ class HeapSettings:
 
 
 def _runs_compare(session: pytest.Session) -> bool:
-    """Compare items run here, or this is an xdist controller: it collects nothing and keeps
-    every worker's reports (an --acc-* option was given, or this plugin is not registered)."""
+    """Compare items run here, or this is an xdist controller of an --acc-* run (this plugin
+    is registered for no other): it collects nothing and keeps every worker's reports."""
     if session.config.pluginmanager.has_plugin("dsession"):
         return True
     compare_item = compare_item_type()
