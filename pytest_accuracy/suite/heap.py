@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import atexit
 import gc
-import os
 
 import pytest
 
+from pytest_accuracy.settings import env_switch
 from pytest_accuracy.suite.readahead import compare_item_type
 
 # Young-generation passes between two heap-wide ones in a compare run (CPython's default: 10).
@@ -32,7 +32,7 @@ class HeapSettings:
     """
 
     def __init__(self, config: pytest.Config) -> None:
-        self.enabled = os.environ.get("PYTEST_ACCURACY_DEFAULT_GC", "") in ("", "0")
+        self.enabled = not env_switch("PYTEST_ACCURACY_DEFAULT_GC")
         self.saved = gc.get_threshold()
         if self.enabled:
             young, middle, full = self.saved

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
 
+from pytest_accuracy.settings import env_switch
 from pytest_accuracy.suite.readahead import compare_item_type
 
 # Options under which pytest's own protocol does something for the item that this one skips.
@@ -29,7 +29,7 @@ class LightProtocol:
 
     def __init__(self, config: pytest.Config) -> None:
         self.reraise = _reraised(config)
-        self.enabled = os.environ.get("PYTEST_ACCURACY_FULL_PROTOCOL", "") in ("", "0") and not any(
+        self.enabled = not env_switch("PYTEST_ACCURACY_FULL_PROTOCOL") and not any(
             config.getoption(name, False) for name in _NEEDS_FULL_PROTOCOL
         )
 
