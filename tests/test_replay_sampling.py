@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import tracemalloc
+from pathlib import Path
+
 import numpy as np
 
-from pytest_accuracy.compare.replay import SAMPLE_ROWS, _sample_rows, row_pick
+from pytest_accuracy.compare.replay import (
+    SAMPLE_ROWS,
+    Sampled,
+    _sample_rows,
+    module_replay,
+    row_pick,
+)
+from pytest_accuracy.dumps.model import Call, Role, Stats, TensorRecord
 from pytest_accuracy.precheck.args import Bound
 from pytest_accuracy.precheck.registry import REFERENCES
 
@@ -41,3 +51,35 @@ def test_sampled_batched_matmul_keeps_batches_and_cuts_rows() -> None:
     # a matrix-vector product has no row axis in its output: not sampled
     _, vector_pick = _sample_rows(Bound({"input": a, "other": o[0, 0, :, 0]}, {}), "matmul")
     assert vector_pick is None
+
+
+def _record(tmp_path: Path, path: str, role: Role, value: np.ndarray) -> TensorRecord:
+    name = f"{path}.npy"
+    np.save(tmp_path / name, value)
+    return TensorRecord(path, role, str(value.dtype), str(value.dtype), value.shape, Stats(),
+                        data_root=tmp_path, data_name=name)
+
+
+def test_module_linear_samples_rows_before_its_float64_copy(tmp_path: Path) -> None:
+    """An L0 Linear's replay takes the sampled rows of its recorded input, then widens them:
+    widening the whole activation first took 8 bytes a value for rows it then dropped."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(8, 512, 256)).astype(np.float32)  # 4 MiB; 8 MiB once in float64
+    w, b = rng.normal(size=(16, 256)).astype(np.float32), rng.normal(size=16).astype(np.float32)
+    call = Call("Module.fc.Linear.forward.0", "module", "forward", 0, op="Linear",
+                inputs=[_record(tmp_path, "input.0", "input", x)],
+                parameters=[_record(tmp_path, "parameters.weight", "parameter", w),
+                            _record(tmp_path, "parameters.bias", "parameter", b)])
+    replay = module_replay("Linear")
+    assert replay is not None
+    call.input_tensors[0].load()  # read once, as the compare has by now: not counted below
+    tracemalloc.start()
+    try:
+        refs = replay(call)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert isinstance(refs, Sampled)
+    want = refs.pick(x).astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
+    np.testing.assert_array_equal(refs[0], want)
+    assert peak < x.size * 8 // 4, f"replay allocated {peak} bytes at its peak"

@@ -94,12 +94,13 @@ def _param(call: Call, name: str) -> np.ndarray | None:
     return None
 
 
-def _first_input(call: Call) -> np.ndarray:
+def _first_input(call: Call, *, recorded: bool = False) -> np.ndarray:
+    """The call's first tensor input: in float64 when it is floating, unless ``recorded``."""
     tensors = call.input_tensors
     if not tensors:
         raise Unsupported("the module call records no tensor input")
     value = np.asarray(tensors[0].load())
-    return upcast(value, np.dtype(np.float64)) if is_float(value) else value
+    return value if recorded or not is_float(value) else upcast(value, np.dtype(np.float64))
 
 
 def _linear(call: Call) -> list[np.ndarray]:
@@ -107,9 +108,11 @@ def _linear(call: Call) -> list[np.ndarray]:
     if weight is None:
         raise Unsupported("Linear without a recorded weight")
     bias = _param(call, "bias")
-    values: dict[str, Any] = {"input": _first_input(call), "weight": weight, "bias": bias}
+    # rows sampled before the float64 copy: a whole activation in float64 is 8 bytes a value
+    values: dict[str, Any] = {"input": _first_input(call, recorded=True), "weight": weight,
+                              "bias": bias}
     bound, pick = _sample_rows(Bound(values, {}), "linear")
-    outputs = list(REFERENCES["linear"].forward(bound))
+    outputs = list(REFERENCES["linear"].forward(to_reference(bound)))
     return Sampled(outputs, pick) if pick is not None else outputs
 
 
