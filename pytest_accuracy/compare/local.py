@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pytest_accuracy.compare import replay
+from pytest_accuracy.compare.fold import fold
 from pytest_accuracy.compare.norms import fit_pair, norm_kind
 from pytest_accuracy.dumps.model import FLOAT_EPS, Call, TensorRecord
 from pytest_accuracy.errors import AccuracyInputError
@@ -135,8 +136,7 @@ def _side_error(call: Call, refs: list[np.ndarray]) -> tuple[float, str, str] | 
         if record.dtype not in FLOAT_EPS or ref is None:
             continue
         got = np.asarray(record.load())
-        got = np.asarray(pick(got) if pick is not None and got.ndim >= 2 else got,
-                         dtype=np.float64)
+        got = np.asarray(pick(got) if pick is not None and got.ndim >= 2 else got)
         want = np.asarray(ref, dtype=np.float64)
         if got.size != want.size:
             raise ValueError(f"replay gives {want.shape}, the dump records {got.shape}")
@@ -147,13 +147,19 @@ def _side_error(call: Call, refs: list[np.ndarray]) -> tuple[float, str, str] | 
 
 
 def _rel_l2(got: np.ndarray, want: np.ndarray) -> float:
+    """||got - want|| / ||want|| over the elements finite in both (NaN/Inf must match)."""
+    folded = fold(got, want)  # one pass in float64, no temporaries; None: NaN/Inf present
+    if folded is not None:
+        return _ratio(math.sqrt(folded.dd), math.sqrt(folded.bb))
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
     finite = np.isfinite(got) & np.isfinite(want)
-    if not finite.all():
-        if not np.array_equal(np.isfinite(got), np.isfinite(want)):
-            return math.inf
-        got, want = got[finite], want[finite]
-    norm = float(np.linalg.norm(want))
-    diff = float(np.linalg.norm(got - want))
+    if not np.array_equal(np.isfinite(got), np.isfinite(want)):
+        return math.inf
+    got, want = got[finite], want[finite]
+    return _ratio(float(np.linalg.norm(got - want)), float(np.linalg.norm(want)))
+
+
+def _ratio(diff: float, norm: float) -> float:
     if norm == 0.0:
         return 0.0 if diff == 0.0 else math.inf
     return diff / norm
