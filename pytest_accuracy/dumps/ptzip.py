@@ -17,13 +17,13 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from pytest_accuracy.dumps.crc import crc32
 from pytest_accuracy.dumps.ptpickle import parse_byteorder, parse_tensor_pickle, tensor_from_storage
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.limits import limit, over
@@ -132,7 +132,7 @@ class PlainZip:
         return buffer
 
     def check_crc(self, member: Member, data: bytes | bytearray) -> None:
-        if zlib.crc32(data) != member.crc:
+        if crc32(data) != member.crc:
             raise AccuracyInputError(
                 self.path, f"corrupt torch .pt archive: Bad CRC-32 for file "
                 f"{printable(member.name, 80)!r}")
