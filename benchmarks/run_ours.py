@@ -1,6 +1,7 @@
 """One timed run of pytest_accuracy's compare, as a child process of bench_compare.py.
 
   python benchmarks/run_ours.py NPU_DIR BENCH_DIR [--profile OUT.prof] [--root CHECKOUT]
+                                [--no-local-error]
 
 Does what a user of the plugin pays for: import, read both dumps (metadata), compute every
 node (``Comparison.results()``, tensors loaded lazily) and ``find_first_divergence``. Prints
@@ -32,6 +33,14 @@ def _root_from_argv() -> Path:
 
 # Ahead of any installed (editable) pytest_accuracy, so the checkout under test is imported.
 sys.path.insert(0, str(_root_from_argv()))
+
+
+def _without_local_error() -> None:
+    """Every node's float64 replay skipped (as if no reference existed): what the diagnosis'
+    replays cost, by difference. Verdicts may change; for timing only."""
+    from pytest_accuracy.compare import engine
+
+    engine.local_error = lambda *args, **kwargs: "not replayed (--no-local-error)"
 
 
 def compare(npu: str, bench: str, inputs: str | None = None) -> dict[str, Any]:
@@ -71,7 +80,11 @@ def main() -> None:
     ap.add_argument("--profile", help="write a cProfile of the compare (not of start-up) here")
     ap.add_argument("--inputs", help="Comparison(inputs=...): all | failing (default: API's)")
     ap.add_argument("--root", help="checkout whose pytest_accuracy to import (default: this repo)")
+    ap.add_argument("--no-local-error", action="store_true",
+                    help="skip the diagnosis' float64 replays (timing their share only)")
     args = ap.parse_args()
+    if args.no_local_error:
+        _without_local_error()
     if args.profile:
         import cProfile
 
