@@ -345,3 +345,27 @@ def test_data_directory_symlinked_out_of_the_dump_is_refused_every_time(tmp_path
     for _ in range(2):
         with pytest.raises(AccuracyInputError, match="outside the dump directory"):
             resolve_data_path(dump / "dump_tensor_data", "x.pt", dump)
+
+
+@pytest.mark.parametrize("reader", ["plain", "zipfile"])
+def test_a_mapped_storage_is_crc_checked_too(tmp_path: Path, reader: str) -> None:
+    """Storages of 1 MiB and more are mapped, not read: their CRC is checked all the same,
+    so a changed byte in a large tensor is an error, not a value compared."""
+    values = np.arange(300_000, dtype=np.float32)  # 1.2 MB: over MMAP_MIN_BYTES
+    assert values.nbytes >= ptzip.MMAP_MIN_BYTES
+    pkl = tensor_pickle(size=(values.size,), stride=(1,), numel=values.size)
+    good = write_pt(tmp_path / "good.pt", pkl, {"0": values.tobytes()})
+    np.testing.assert_array_equal(load_array(good), values)
+    if reader == "zipfile":  # an archive comment: not torch's layout, zipfile reads it
+        _rewrite(good, tmp_path / "commented.pt", zipfile.ZIP_STORED, comment=b"by hand")
+        good = tmp_path / "commented.pt"
+        assert _plain(good) is None
+    data = bytearray(good.read_bytes())
+    data[data.find(values[1000:1016].tobytes())] ^= 0x01  # one bit of value 1000
+    path = tmp_path / "bad.pt"
+    path.write_bytes(data)
+    with pytest.raises(zipfile.BadZipFile):  # what zipfile's own read of it says
+        zipfile.ZipFile(path).read("archive/data/0")
+    with pytest.raises(AccuracyInputError, match="Bad CRC-32 for file 'archive/data/0'") as info:
+        load_array(path)
+    assert info.value.path == str(path)

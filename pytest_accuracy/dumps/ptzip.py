@@ -131,7 +131,7 @@ class PlainZip:
         self.check_crc(member, buffer)
         return buffer
 
-    def check_crc(self, member: Member, data: bytes | bytearray) -> None:
+    def check_crc(self, member: Member, data: bytes | bytearray | memoryview) -> None:
         if crc32(data) != member.crc:
             raise AccuracyInputError(
                 self.path, f"corrupt torch .pt archive: Bad CRC-32 for file "
@@ -274,5 +274,7 @@ def load_plain(fd: int, size: int, path: Path, use_mmap: bool) -> np.ndarray | N
     else:
         # The array keeps the mapping alive; it is unmapped when the last view goes away.
         mapping = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        with memoryview(mapping) as whole, whole[start : start + storage.size] as data:
+            archive.check_crc(storage, data)  # a mapped tensor is checked like a read one
         raw = np.frombuffer(mapping, dtype=np.uint8, count=storage.size, offset=start)
     return tensor_from_storage(raw, ref, byteorder, path)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pytest_accuracy.dumps.crc import crc32
 from pytest_accuracy.dumps.npy import load_npy
 from pytest_accuracy.dumps.ptpickle import (
     LEGACY_TORCH_MAGIC,
@@ -310,6 +311,11 @@ def _storage_bytes(
         if start + info.file_size > os.fstat(fh.fileno()).st_size:
             raise AccuracyInputError(path, f"archive truncated inside {info.filename!r}")
         mapping = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    with memoryview(mapping) as whole, whole[start : start + info.file_size] as data:
+        if crc32(data) != info.CRC:  # what zipfile checks when it reads a member
+            raise AccuracyInputError(
+                path, f"corrupt torch .pt archive: Bad CRC-32 for file "
+                f"{printable(info.filename, 80)!r}")
     # The array keeps the mapping alive; it is unmapped when the last view goes away.
     return np.frombuffer(mapping, dtype=np.uint8, count=info.file_size, offset=start)
 
