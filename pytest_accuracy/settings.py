@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,11 +15,6 @@ if TYPE_CHECKING:  # the compare core pulls numpy in: only when a compare runs
 
 # Names the code asks for that differ from the option's (the marker and fixtures say "logs").
 _ALIASES = {"bench_logs": "bench_log"}
-
-
-def env_switch(name: str) -> bool:
-    """Whether the environment variable ``name`` is set to turn something on (not "" or "0")."""
-    return os.environ.get(name, "") not in ("", "0")
 
 
 def _option(name: str) -> Option | None:

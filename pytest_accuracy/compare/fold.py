@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from types import ModuleType
 
 import ml_dtypes
 import numpy as np
 
-#: Set (non-empty) to fold with numpy even where the compiled kernel is built.
+from pytest_accuracy.switches import env_switch
+
+#: Set (not "0") to fold with numpy even where the compiled kernel is built.
 PURE_ENV = "PYTEST_ACCURACY_PURE_METRICS"
 # Sums go into LANES running lanes (element i into lane i % LANES) that restart every CHUNK
 # elements: a fixed order both paths follow, so their floats agree to the bit.  Numpy's
@@ -50,7 +51,7 @@ class Folded:
 
 def kernel() -> ModuleType | None:
     """The compiled kernel unless ``PYTEST_ACCURACY_PURE_METRICS`` is set (checked per call)."""
-    return None if os.environ.get(PURE_ENV) else _compiled
+    return None if env_switch(PURE_ENV) else _compiled
 
 
 def fold(npu: np.ndarray, bench: np.ndarray, *, baseline: bool = False) -> Folded | None:

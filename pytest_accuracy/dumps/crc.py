@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import zlib
 from collections.abc import Callable
 
-#: Set (non-empty, not "0") to check CRCs with zlib even where the compiled path is built.
+from pytest_accuracy.switches import env_switch
+
+#: Set (not "0") to check CRCs with zlib even where the compiled path is built (read at import).
 PURE_ENV = "PYTEST_ACCURACY_PURE_CRC"
 
 Crc32 = Callable[[bytes | bytearray | memoryview], int]
 
 
 def _choose() -> Crc32:
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+    if env_switch(PURE_ENV):
         return zlib.crc32
     try:  # built at install time where a C compiler was found
         from pytest_accuracy.dumps import _crc

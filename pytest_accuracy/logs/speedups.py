@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
-#: Set (non-empty) to read every log with the pure-Python path (to compare, or to debug).
+from pytest_accuracy.switches import env_switch
+
+#: Set (not "0") to read every log with the pure-Python path (to compare, or to debug).
 PURE_ENV = "PYTEST_ACCURACY_PURE_LOGS"
 
 #: A path to another build of ``_scan`` (CI loads an AddressSanitizer build through it).
@@ -37,4 +39,4 @@ else:
 
 def scanner() -> ModuleType | None:
     """The compiled module unless ``PYTEST_ACCURACY_PURE_LOGS`` is set (checked on each call)."""
-    return None if os.environ.get(PURE_ENV) else _compiled
+    return None if env_switch(PURE_ENV) else _compiled

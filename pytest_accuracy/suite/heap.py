@@ -7,8 +7,8 @@ import gc
 
 import pytest
 
-from pytest_accuracy.settings import env_switch
 from pytest_accuracy.suite.readahead import compare_item_type
+from pytest_accuracy.switches import env_switch
 
 # Young-generation passes between two heap-wide ones in a compare run (CPython's default: 10).
 RUN_FULL_EVERY = 1000

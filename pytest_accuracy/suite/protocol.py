@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from pytest_accuracy.settings import env_switch
 from pytest_accuracy.suite.readahead import compare_item_type
+from pytest_accuracy.switches import env_switch
 
 # Options under which pytest's own protocol does something for the item that this one skips.
 _NEEDS_FULL_PROTOCOL = ("setuponly", "setupshow", "setupplan", "usepdb", "trace")
