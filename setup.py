@@ -1,7 +1,8 @@
 """Build hook for the optional C parts (log scanner, metric kernel, CRC); the rest is pyproject.toml.
 
 ``optional=True``: where no C compiler is found the install still succeeds and logs
-are read, and metrics computed, by the pure-Python/numpy paths (same results, slower).
+are read, metrics computed and CRCs checked by the pure-Python/numpy/zlib paths (same
+results, slower).
 """
 
 import sys
