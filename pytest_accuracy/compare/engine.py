@@ -264,7 +264,7 @@ class Comparison:
         return self.entries[module][1].name if module is not None else None
 
     def _local_error(self, result: NodeResult) -> LocalError | str:
-        if _outputs_identical(result):
+        if result.outputs_identical:
             # Nothing to find, and a replay could only mislead: from inputs that differ, the
             # NPU's replay called a bench-identical output "off" (a false own error). Also
             # spares the replay of data-movement and exact nodes.
@@ -318,10 +318,3 @@ class Comparison:
                 "(--acc-mapping) or use --acc-align=auto"
             )
         return "no node of this name in the bench dump"
-
-
-def _outputs_identical(result: NodeResult) -> bool:
-    """Every output compared element by element and equal to the bench's (NaN/Inf in place)."""
-    return bool(result.outputs) and all(
-        t.ok and t.method == "tensor" and getattr(t.metrics, "max_abs_err", 1.0) == 0
-        for t in result.outputs)

@@ -94,13 +94,18 @@ def _param(call: Call, name: str) -> np.ndarray | None:
     return None
 
 
-def _first_input(call: Call, *, recorded: bool = False) -> np.ndarray:
-    """The call's first tensor input: in float64 when it is floating, unless ``recorded``."""
+def _first_recorded(call: Call) -> np.ndarray:
+    """The call's first tensor input, as recorded."""
     tensors = call.input_tensors
     if not tensors:
         raise Unsupported("the module call records no tensor input")
-    value = np.asarray(tensors[0].load())
-    return value if recorded or not is_float(value) else upcast(value, np.dtype(np.float64))
+    return np.asarray(tensors[0].load())
+
+
+def _first_input(call: Call) -> np.ndarray:
+    """The call's first tensor input, in float64 when it is floating."""
+    value = _first_recorded(call)
+    return upcast(value, np.dtype(np.float64)) if is_float(value) else value
 
 
 def _linear(call: Call) -> list[np.ndarray]:
@@ -109,8 +114,7 @@ def _linear(call: Call) -> list[np.ndarray]:
         raise Unsupported("Linear without a recorded weight")
     bias = _param(call, "bias")
     # rows sampled before the float64 copy: a whole activation in float64 is 8 bytes a value
-    values: dict[str, Any] = {"input": _first_input(call, recorded=True), "weight": weight,
-                              "bias": bias}
+    values: dict[str, Any] = {"input": _first_recorded(call), "weight": weight, "bias": bias}
     bound, pick = _sample_rows(Bound(values, {}), "linear")
     outputs = list(REFERENCES["linear"].forward(to_reference(bound)))
     return Sampled(outputs, pick) if pick is not None else outputs

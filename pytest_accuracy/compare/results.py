@@ -29,6 +29,11 @@ class TensorComparison:
     def ok(self) -> bool:
         return self.judgement.ok
 
+    @property
+    def identical(self) -> bool:
+        """Passed with no difference at all (a statistics pair has no max_abs_err: never)."""
+        return self.ok and getattr(self.metrics, "max_abs_err", 1.0) == 0
+
 
 @dataclass(frozen=True)
 class ScalarDiff:
@@ -79,7 +84,14 @@ class NodeResult:
 
     @property
     def inputs_identical(self) -> bool:
-        return all(t.ok and getattr(t.metrics, "max_abs_err", 1.0) == 0 for t in self.inputs)
+        return all(t.identical for t in self.inputs)
+
+    @property
+    def outputs_identical(self) -> bool:
+        """Every output compared element by element and equal to the bench's (NaN/Inf in
+        place)."""
+        return bool(self.outputs) and all(
+            t.method == "tensor" and t.identical for t in self.outputs)
 
     @property
     def failing_outputs(self) -> list[TensorComparison]:
