@@ -52,7 +52,7 @@ def acc_compare(request: pytest.FixtureRequest, acc_npu_dump: DumpSet,
 
     kwargs = _marker_kwargs(request)
     criteria = compare_criteria(request.config, kwargs)
-    pairing = choose_pairing(request.config, acc_npu_dump.framework, acc_bench_dump.framework)
+    pairing = choose_pairing(request.config)
     return CompareReport(Comparison(acc_npu_dump, acc_bench_dump, criteria, pairing,
                                     inputs="all"))
 

@@ -18,7 +18,7 @@ from pytest_accuracy.compare.criteria import CompareCriteria, judge_tensor, less
 from pytest_accuracy.compare.metrics import tensor_metrics
 from pytest_accuracy.dumps.model import Dump, DumpSet, TensorRecord
 from pytest_accuracy.errors import AccuracyInputError
-from pytest_accuracy.naming import Pairing, load_yaml, module_scope
+from pytest_accuracy.pairing.naming import Pairing, load_yaml, module_scope
 
 # ---------------------------------------------------------------- parameter-name conventions
 

@@ -78,7 +78,8 @@ OPTIONS: tuple[Option, ...] = (
            "divergence needs them) or all (the full msprobe-style table)", ("failing", "all")),
     Option("local-norm-step", "int", "compare per-parameter gradient norms at this step "
            "(default: the first)"),
-    Option("align", "choice", "cross-framework pairing (default auto)", ("auto", "always", "name")),
+    Option("align", "choice", "pairing: auto (names where they hold, else aligned), always, name",
+           ("auto", "always", "name")),
     Option("suite", "choice", "built-in suite: auto (when inputs are on the command line), on, "
            "off", ("auto", "on", "off")),
     Option("precheck", "flag", "generate per-API precheck items from the NPU dump"),

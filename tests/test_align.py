@@ -10,21 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_accuracy.align import (
-    AlignmentResult,
-    auto_align,
-    auto_pairing,
-    incomparable_backward,
-)
 from pytest_accuracy.compare import Comparison
 from pytest_accuracy.dumps.layout import load_dumps
 from pytest_accuracy.dumps.model import Call, Dump, TensorRecord
-from pytest_accuracy.msprobe_mapping import (
+from pytest_accuracy.pairing.align import AlignmentResult, auto_align, auto_pairing
+from pytest_accuracy.pairing.backward import incomparable_backward
+from pytest_accuracy.pairing.msprobe_mapping import (
     cell_mapping_pairing,
     layer_mapping_pairing,
     pairing_from_file,
 )
-from pytest_accuracy.naming import (
+from pytest_accuracy.pairing.naming import (
     Pairing,
     api_mapping_pairing,
     combine_pairings,
@@ -200,11 +196,14 @@ def test_backward_pairs_follow_the_forward_not_the_index() -> None:
 
 def test_min_confidence_leaves_weak_pairs_unmatched() -> None:
     ms, pt = load_pair("L0_tensor")
-    strict = auto_pairing(ms, pt, min_confidence=0.9)
-    # Renamed container classes (LLamaDecodeLayer vs Block) score 0.83: rejected, with reasons.
-    assert "Cell.layers.0.LLamaDecodeLayer.forward.0" in strict.rejected
+    strict = auto_pairing(ms, pt, min_confidence=0.95)
+    # A renamed class at the same path (LLamaDecodeLayer vs Block at layers.0) scores 0.9, a
+    # renamed class at a renamed path (LLamaAttention vs Attn) 0.83: rejected, with reasons.
     bench, conf, evidence = strict.rejected["Cell.layers.0.LLamaDecodeLayer.forward.0"]
-    assert bench == "Module.layers.0.Block.forward.0" and 0.8 < conf < 0.9 and evidence
+    assert bench == "Module.layers.0.Block.forward.0" and conf == 0.9
+    assert evidence == "same module path layers.0; class LLamaDecodeLayer~Block"
+    bench, conf, evidence = strict.rejected["Cell.layers.0.attention.LLamaAttention.forward.0"]
+    assert bench == "Module.layers.0.attn.Attn.forward.0" and 0.8 < conf < 0.9 and evidence
     assert "Cell.layers.0.attention_norm.RMSNorm.forward.0" in strict.pairs
     assert auto_pairing(ms, pt, min_confidence=1.01).pairs == {}
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from pytest_accuracy.align import auto_align
 from pytest_accuracy.dumps.layout import load_dumps
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.gradients import (
@@ -20,7 +19,8 @@ from pytest_accuracy.gradients import (
     match_names,
     param_grads,
 )
-from pytest_accuracy.msprobe_mapping import cell_mapping_pairing
+from pytest_accuracy.pairing.align import auto_align
+from pytest_accuracy.pairing.msprobe_mapping import cell_mapping_pairing
 from tests.helpers import ROOT, dump
 
 CopyDump = Callable[[str, str], Path]

@@ -9,7 +9,7 @@ import pytest
 from pytest_accuracy.dumps.layout import load_dumps
 from pytest_accuracy.dumps.model import Call, Dump
 from pytest_accuracy.errors import AccuracyInputError
-from pytest_accuracy.msprobe_mapping import (
+from pytest_accuracy.pairing.msprobe_mapping import (
     cell_mapping_pairing,
     data_mapping_pairing,
     layer_mapping_pairing,
@@ -18,7 +18,7 @@ from pytest_accuracy.msprobe_mapping import (
     read_data_mapping,
     read_layer_mapping,
 )
-from pytest_accuracy.naming import (
+from pytest_accuracy.pairing.naming import (
     MAPPING_FORMAT,
     api_mapping_pairing,
     combine_pairings,

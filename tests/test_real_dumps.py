@@ -104,5 +104,8 @@ def test_old_mindspore_vs_pytorch_pair_is_aligned_not_paired_by_name(
     assert [b for n, b in pairs.items() if n.endswith(embedding)] == [
         "Module.module.module.language_model.embedding.word_embeddings." + embedding]
     assert not [n for n in doc["compare"]["nodes"] if n["status"] == "fail"]
-    assert result.ret == 1  # only the coverage item fails: these test files are partial dumps
-    result.stdout.fnmatch_lines(["*accuracy::compare::coverage*"])
+    # every node with a counterpart pairs (fused ops, renamed cells, logical_or vs __or__), so
+    # the partial test files now pass coverage: 10 of 13 nodes
+    assert pairs["Primitive.norm.RmsNorm.0.forward"] == "NPU.npu_rms_norm.0.forward"
+    assert pairs["Mint.logical_or.0.forward"] == "Tensor.__or__.0.forward"
+    assert result.ret == 0, result.stdout.str()

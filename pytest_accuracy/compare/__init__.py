@@ -2,8 +2,8 @@
 
 from pytest_accuracy.compare.engine import Comparison
 from pytest_accuracy.compare.judge import compare_tensor
-from pytest_accuracy.compare.pairing import Pairing, pair_by_name
 from pytest_accuracy.compare.results import NodeResult, ScalarDiff, TensorComparison
+from pytest_accuracy.pairing.base import Pairing, pair_by_name
 
 __all__ = [
     "Comparison",

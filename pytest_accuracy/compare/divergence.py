@@ -126,7 +126,7 @@ def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
 
 def _likely_cause(result: NodeResult) -> str | None:
     for finding in result.findings:
-        if finding.kind in ("argument", "precision"):
+        if finding.kind in ("argument", "precision", "module_class"):
             return finding.detail
     return None
 

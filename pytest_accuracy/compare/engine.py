@@ -14,10 +14,10 @@ from pytest_accuracy.compare.diagnose import Context, diagnose
 from pytest_accuracy.compare.findings import scalar_diffs
 from pytest_accuracy.compare.judge import compare_all, records_of, settle
 from pytest_accuracy.compare.local import LocalError, local_error
-from pytest_accuracy.compare.pairing import Pairing, pair_by_name
 from pytest_accuracy.compare.results import NodeResult
 from pytest_accuracy.dumps.model import FLOAT_EPS, Call, Dump, DumpSet
 from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.pairing.base import Pairing, pair_by_name
 
 _BLAS_LIMITED: list[object] = []
 
@@ -200,7 +200,9 @@ class Comparison:
         settle(result)
         if result.status not in ("pass", "fail"):
             return result
-        result.findings = list(self.provenance.findings[index])
+        # another module class whose outputs still agree is a rename, not another computation
+        result.findings = [f for f in self.provenance.findings[index]
+                           if f.kind != "module_class" or result.status == "fail"]
         why = self._incomparable_backward(dump, call, bench) if result.status == "fail" else None
         if why is not None:
             result.status = "skip"
@@ -298,13 +300,13 @@ class Comparison:
         return self._located(earlier)
 
     def _incomparable_backward(self, dump: Dump, call: Call, bench: Call) -> str | None:
-        """Why a cross-framework API backward pair is not comparable (align.py decides)."""
+        """Why a cross-framework API backward pair is not comparable (pairing/align.py decides)."""
         bench_dump = self.bench.dumps[(dump.step, dump.rank)]
         if call.kind != "api" or call.direction != "backward":
             return None
         if bench_dump.framework == dump.framework:
             return None
-        from pytest_accuracy.align import incomparable_backward  # loads the API map
+        from pytest_accuracy.pairing.backward import incomparable_backward  # loads the API map
 
         return incomparable_backward(dump, bench_dump, call, bench)
 

@@ -82,16 +82,53 @@ def precision_finding(
 
 
 def scalar_diffs(npu: Call, bench: Call, same_framework: bool) -> list[ScalarDiff]:
-    """Non-tensor arguments recorded on both sides with different values."""
+    """Non-tensor arguments recorded on both sides with different values: keywords of a shared
+    meaning always, positional ones within a framework or where both sides call the same op."""
     theirs = {a.path: a for a in bench.inputs if isinstance(a, ScalarArg)}
-    diffs = []
+    diffs, op = [], None
     for arg in npu.scalar_inputs:
         other = theirs.get(arg.path)
         if other is None or same_value(arg.value, other.value):
             continue
-        if same_framework or arg.path.rsplit(".", 1)[-1] in SHARED_KWARGS:
-            diffs.append(ScalarDiff(arg.path, arg.value, other.value))
+        key = arg.path.rsplit(".", 1)[-1]
+        if not same_framework and key not in SHARED_KWARGS:
+            op = same_op(npu, bench) if op is None else op
+            if not (op and key.isdigit()):  # other keywords (a group's name) differ by design
+                continue
+        diffs.append(ScalarDiff(arg.path, arg.value, other.value))
     return diffs
+
+
+def same_op(npu: Call, bench: Call) -> bool:
+    """A MindSpore API whose PyTorch name is the bench's API and whose arguments keep their
+    order (``x + eps`` is ``Tensor.__add__`` on both sides, eps its ``input.1``)."""
+    if npu.kind != "api" or bench.kind != "api":
+        return False
+    from pytest_accuracy.pairing.naming import api_name, load_api_map
+
+    amap = load_api_map()
+    mine = amap.ms_key(api_name(npu))
+    return amap.to_pt(mine) == api_name(bench) and mine not in amap.arg_maps
+
+
+# Activation classes: two modules at one place computing different functions (GELU vs SiLU)
+_ACTIVATIONS = ("gelu", "silu", "relu", "tanh", "sigmoid", "softplus", "mish")
+
+
+def module_class_finding(npu: Call, bench: Call, same_framework: bool) -> Finding | None:
+    """A module of another class at the same place: within a framework any class; across
+    frameworks (whose classes are named apart) an activation computing another function."""
+    if npu.kind != "module" or bench.kind != "module" or npu.op == bench.op:
+        return None
+    if not same_framework and _activation(npu.op) in (None, _activation(bench.op)):
+        return None
+    return Finding("module_class", f"module class differs: npu {npu.op} vs bench {bench.op} "
+                   f"at {npu.scope or npu.name}: another computation at the same place")
+
+
+def _activation(cls: str) -> str | None:
+    lower = cls.lower().replace("swish", "silu")  # SiLU is Swish with beta 1
+    return next((a for a in _ACTIVATIONS if a in lower), None)
 
 
 def argument_finding(diffs: list[ScalarDiff], rel_err: float) -> Finding | None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pytest_accuracy.compare.criteria import CompareCriteria
 from pytest_accuracy.compare.findings import (
     argument_finding,
+    module_class_finding,
     precision_finding,
     scalar_diffs,
 )
@@ -139,6 +140,9 @@ def node_findings(
     argument = argument_finding(diffs, criteria.tolerance(dtype).rel_err) if diffs else None
     if argument is not None:
         found.append(argument)
+    module_class = module_class_finding(npu, bench, same_framework)
+    if module_class is not None:
+        found.append(module_class)
     return found
 
 

@@ -106,6 +106,7 @@ _MADE_BY = {
     "precision": "it computes in another precision than the bench from inputs that arrive "
                  "in the same dtypes (or from a parameter stored in another dtype).",
     "argument": "it is called with different non-tensor arguments.",
+    "module_class": "it is a module of another class than the bench's at the same place.",
     "local_error": "its outputs are further from a float64 replay of its own inputs than the "
                    "bench's are.",
     "update": "it reads a parameter that the update after an identical step changed "

@@ -90,7 +90,7 @@ def _compare_lines(item: pytest.Item, marker: dict[str, Any], funcargs: dict[str
         dumps.append(given if given is not None else load_dumps(str(path)))
     npu, bench = dumps
     criteria = compare_criteria(item.config, marker)
-    pairing = choose_pairing(item.config, npu.framework, bench.framework)
+    pairing = choose_pairing(item.config)
     cmp = Comparison(npu, bench, criteria, pairing)
     head = f"Compare of {npu.root} with {bench.root}:"
     mismatch = task_mismatch(npu, bench)

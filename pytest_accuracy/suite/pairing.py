@@ -13,41 +13,45 @@ from pytest_accuracy.settings import path_setting, setting
 
 
 class InferredPairing:
-    """Automatic alignment per (step, rank) dump pair, remembering the evidence for the report."""
+    """Names where they hold, alignment elsewhere, per (step, rank) dump pair; the evidence is
+    kept for the report and the inferred mapping."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, always: bool = False) -> None:
+        self.always = always  # --acc-align=always: aligned even where names hold
         self.results: dict[tuple[int, int], Any] = {}
 
     def __call__(self, npu: Dump, bench: Dump) -> dict[str, str]:
-        from pytest_accuracy.align import auto_pairing
+        from pytest_accuracy.pairing.align import auto_pairing
+        from pytest_accuracy.pairing.runs import pair_runs
 
         key = (npu.step, npu.rank)
         if key not in self.results:
-            self.results[key] = auto_pairing(npu, bench)
+            self.results[key] = (auto_pairing if self.always else pair_runs)(npu, bench)
         pairs: dict[str, str] = self.results[key].pairs
         return pairs
 
     def write_yaml(self, out_dir: Path) -> Path | None:
         """The inferred mapping as an editable yaml that ``--acc-mapping`` accepts."""
-        if not self.results:
+        aligned = [key for key, result in self.results.items() if not result.by_name]
+        if not aligned:
             return None
-        key = min(self.results)  # node names repeat every step: one step's mapping serves all
+        key = min(aligned)  # node names repeat every step: one step's mapping serves all
         path: Path = self.results[key].write_yaml(out_dir / "inferred_mapping.yaml",
                                                   source=f"step {key[0]}, rank {key[1]}")
         return path
 
 
-def choose_pairing(config: pytest.Config, npu_fw: str, bench_fw: str,
-                   marker: dict[str, Any] | None = None) -> Pairing | None:
-    """``--acc-mapping`` wins; else ``--acc-align`` (auto: align across frameworks only)."""
+def choose_pairing(config: pytest.Config, marker: dict[str, Any] | None = None) -> Pairing | None:
+    """``--acc-mapping`` wins; else ``--acc-align``: auto takes names where they hold (one
+    framework, the same calls) and aligns elsewhere; always aligns; name pairs by name."""
     mapping = path_setting(config, "mapping", marker)
     align = str(setting(config, "align", marker) or "auto")
     if align not in ("auto", "always", "name"):
         raise pytest.UsageError(f"--acc-align: expected auto, always or name, got {align!r}")
     if mapping is not None:
-        from pytest_accuracy.msprobe_mapping import pairing_from_file
+        from pytest_accuracy.pairing.msprobe_mapping import pairing_from_file
 
         return pairing_from_file(mapping)
-    if (align == "auto" and npu_fw != bench_fw) or align == "always":
-        return InferredPairing()
-    return None
+    if align == "name":
+        return None
+    return InferredPairing(always=align == "always")

@@ -57,7 +57,7 @@ class SuiteState:
         check_tasks(npu, bench)
         inputs = str(typed_setting(self.config, "inputs") or "failing")
         return Comparison(npu, bench, self.criteria,
-                          self.pairing(npu.framework, bench.framework), inputs=inputs)
+                          self.pairing(), inputs=inputs)
 
     def _load(self, path: Path) -> DumpSet:
         """The dump with --acc-steps-select / --acc-ranks applied; an empty selection is named."""
@@ -71,10 +71,10 @@ class SuiteState:
             raise pytest.UsageError(_empty_selection(path, steps, ranks, every))
         return dumps
 
-    def pairing(self, npu_framework: str, bench_framework: str) -> Pairing | None:
+    def pairing(self) -> Pairing | None:
         from pytest_accuracy.suite.pairing import choose_pairing
 
-        return choose_pairing(self.config, npu_framework, bench_framework)
+        return choose_pairing(self.config)
 
     def extra_groups(self) -> Iterator[tuple[str, type[pytest.Collector]]]:
         from pytest_accuracy.suite.registry import extra_groups

@@ -15,6 +15,7 @@ API_TERMS: Terms = (
     ("out_sq", 0.5, -0.5),  # shapes equal up to size-1 dims ([2,8,1] vs [2,8])
     ("inp", 1.0, -0.5),  # input shapes as a multiset: gather(w, ids) vs embedding(ids, w)
     ("parent", 2.0, -2.0),  # mix: the enclosing modules are paired
+    ("name", 1.0, 0.0),  # one framework: the same node name (its counter may have shifted)
 )
 MODULE_TERMS: Terms = (
     ("cls", 2.0, 0.0),  # renamed classes (Block vs LLamaDecodeLayer) are common: no penalty
@@ -24,6 +25,7 @@ MODULE_TERMS: Terms = (
     ("inp", 1.0, -0.5),
     ("depth", 1.0, -1.0),
     ("nums", 1.0, -1.0),  # layer indices in the path (layers.3 vs blocks.3)
+    ("name", 1.0, 0.0),
 )
 _OP_EXACT, _OP_BASE, _OP_ALT, _OP_OTHER = 4.0, 3.5, 2.5, -3.0
 # Statistics: +2 when equal, -1 when unrelated; a relative delta of 2 % scores halfway, so bf16
@@ -174,6 +176,8 @@ def _term_note(name: str, a: Seq, b: Seq, ai: int, bj: int) -> str:
         return f"out {a.vocab.name(ai)}" if same else "out shapes differ"
     if name == "out_sq":
         return ""
+    if name == "name":
+        return "same name" if same else "other name"
     label = {"inp": "in", "params": "params", "depth": "depth", "nums": "layer index"}
     return f"{label.get(name, name)} {'same' if same else 'differ'}"
 

@@ -13,9 +13,8 @@ from typing import Any
 
 from pytest_accuracy.dumps.model import Call, Dump
 from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.pairing.base import Pairing
 
-# Same shape as compare.Pairing; repeated here so compare may import this module later.
-Pairing = Callable[[Dump, Dump], Mapping[str, str]]
 MAPPING_FORMAT = "pytest-accuracy-mapping/1"
 _MODULE_KINDS = ("module", "params_grad")
 
@@ -42,14 +41,22 @@ class ApiMap:
     op_aliases: Mapping[str, str] = field(default_factory=dict)
     pt_low_risk: frozenset[str] = frozenset()
     pt_composite_backward: frozenset[str] = frozenset()
+    leading_output: frozenset[str] = frozenset()  # fused ops: outputs past the first are aux
     arg_maps: Mapping[str, ArgMap] = field(default_factory=dict)
 
     def to_pt(self, api: str) -> str:
         """The PyTorch name of a MindSpore API; unknown names are kept (Tensor.* mostly agree)."""
+        api = self.ms_key(api)
         if api in self.apis:
             return self.apis[api]
         prefix, _, rest = api.partition(".")
         return f"{self.prefix_rules[prefix]}.{rest}" if prefix in self.prefix_rules else api
+
+    @staticmethod
+    def ms_key(api: str) -> str:
+        """The name the map knows an MS API by: ``Primitive.<attribute>.<Class>`` by its class."""
+        prefix, _, rest = api.partition(".")
+        return f"Primitive.{rest.rpartition('.')[2]}" if prefix == "Primitive" else api
 
     def base_op(self, api: str) -> str:
         """Prefix-free, alias-normalised op ("Tensor.__add__" -> "add") for fuzzy op equality."""
@@ -130,6 +137,7 @@ def _api_map_from_sections(doc: dict[str, Any], where: str | Path) -> ApiMap:
         op_aliases=str_map(doc.get("op_aliases") or {}, where, "'op_aliases'"),
         pt_low_risk=names("pt_low_risk"),
         pt_composite_backward=names("pt_composite_backward"),
+        leading_output=names("leading_output"),
     )
 
 

@@ -27,7 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pytest_accuracy.align_dp import (
+from pytest_accuracy.dumps.model import Call, Dump, TensorRecord, is_float_dtype
+from pytest_accuracy.pairing.backward import incomparable_backward
+from pytest_accuracy.pairing.dp import (
     API_TERMS,
     MODULE_TERMS,
     Seq,
@@ -36,8 +38,7 @@ from pytest_accuracy.align_dp import (
     explain,
     needleman_wunsch,
 )
-from pytest_accuracy.dumps.model import Call, Dump, TensorRecord, is_float_dtype
-from pytest_accuracy.naming import (
+from pytest_accuracy.pairing.naming import (
     ApiMap,
     Pairing,
     api_name,
@@ -62,6 +63,8 @@ class AlignmentResult:
     evidence: dict[str, str] = field(default_factory=dict)
     rejected: dict[str, tuple[str, float, str]] = field(default_factory=dict)
     unmatched: list[str] = field(default_factory=list)  # NPU nodes with no accepted pair
+    by_name: bool = False  # names held (same framework, same calls): no alignment ran
+    why_aligned: str = ""  # why names could not be taken as identity
 
     def as_pairing(self) -> Pairing:
         """These pairs as a Pairing; names repeat every step, so it serves every step."""
@@ -120,7 +123,9 @@ class _Aligner:
     def run(self) -> AlignmentResult:
         mods_a = _calls(self.npu, "module", "forward")
         mods_b = _calls(self.bench, "module", "forward")
-        self._align(mods_a, mods_b, module=True)
+        self._anchor_paths(mods_a, mods_b)
+        self._align([c for c in mods_a if not self._done(c)],
+                    [c for c in mods_b if c.name not in self.used], module=True)
         self._follow_instances()
         apis_a = _calls(self.npu, "api", "forward")
         apis_b = _calls(self.bench, "api", "forward")
@@ -194,11 +199,13 @@ class _Aligner:
         cols: dict[str, list[int]] = {k: [] for k in _COLUMNS}
         parent_pairs = self.result.pairs
         depth = _depths(self.npu if npu else self.bench)
+        same_framework = self.npu.framework == self.bench.framework
         for c in calls:
-            outs, ins = c.output_tensors, c.input_tensors
-            cols["out"].append(v(_sig(outs, squeeze=False)))
-            cols["out_sq"].append(v(_sig(outs, squeeze=True)))
-            cols["inp"].append(v(_sig(sorted(ins, key=_rec_key), squeeze=False)))
+            outs, ins = self._leading(c), c.input_tensors
+            cols["out"].append(_known(v, _sig(outs, squeeze=False)))
+            cols["out_sq"].append(_known(v, _sig(outs, squeeze=True)))
+            cols["inp"].append(_known(v, _sig(sorted(ins, key=_rec_key), squeeze=False)))
+            cols["name"].append(v("name:" + c.name) if same_framework else -1)
             if c.kind == "api":
                 self._api_columns(c, cols, npu=npu)
                 parent = parent_pairs.get(c.parent or "") if npu else c.parent
@@ -219,15 +226,37 @@ class _Aligner:
         stats = np.array([_stats(c) for c in calls], dtype=np.float64)
         return Seq([c.name for c in calls], labels, arrays, stats, v)
 
+    def _leading(self, call: Call) -> list[TensorRecord]:
+        """The outputs alignment compares: a fused kernel's auxiliary outputs left out."""
+        outs = call.output_tensors
+        if call.kind != "api":
+            return outs
+        name = api_name(call)
+        pt = self.amap.to_pt(name) if self.npu.framework == "mindspore" else name
+        return outs[:1] if pt in self.amap.leading_output else outs
+
     def _api_columns(self, call: Call, cols: dict[str, list[int]], *, npu: bool) -> None:
         v, amap = self.vocab, self.amap
         name = api_name(call)
         full = canonical_api(call, self.npu.framework, self.bench.framework, amap) if npu else name
         cols["full"].append(v(full))
         cols["base"].append(v("base:" + amap.base_op(full)))
-        alts = list(amap.alternatives.get(name, ())) if npu else []
+        alts = list(amap.alternatives.get(amap.ms_key(name), ())) if npu else []
         cols["alt0"].append(v(alts[0]) if alts else -1)
         cols["alt1"].append(v(alts[1]) if len(alts) > 1 else -1)
+
+    def _anchor_paths(self, a: list[Call], b: list[Call]) -> None:
+        """Modules at the same path (wrappers such as ``network_with_loss.`` or ``module.``
+        left out) and call pair first, whatever their class: the order of module records
+        differs between dumpers (msprobe-MindSpore may write a cell before its children)."""
+        mine, theirs = _by_path(a), _by_path(b)
+        for key, call in mine.items():
+            other = theirs.get(key)
+            if call is None or other is None:
+                continue
+            same = "same class" if call.op == other.op else f"class {call.op}~{other.op}"
+            self._add(call.name, other.name, 1.0 if call.op == other.op else 0.9,
+                      f"same module path {key[0] or '(root)'}; {same}")
 
     # ----------------------------------------------------------------- derived pairs
 
@@ -270,35 +299,7 @@ class _Aligner:
             self._add(c.name, target, conf, " ".join(notes))
 
 
-def incomparable_backward(
-    npu: Dump, bench: Dump, npu_call: Call, bench_call: Call, api_map: ApiMap | None = None
-) -> str | None:
-    """Why the outputs of a cross-framework API backward pair cannot be compared, else None.
-
-    PyTorch's msprobe hooks ``output.grad_fn`` of an API, so for composite APIs (linear on 3-D
-    input, 4-D matmul, cross_entropy) the backward record holds the gradients of the *last
-    internal autograd node*, not w.r.t. the API inputs; MindSpore records the true input
-    gradients. The incoming gradients (the record's inputs) stay comparable. Detected from
-    the built-in list and from output shapes that are no forward input's shape.
-    """
-    if npu.framework == bench.framework or "backward" not in (npu_call.direction,):
-        return None
-    side = [(d, c) for d, c in ((bench, bench_call), (npu, npu_call)) if d.framework == "pytorch"]
-    if not side or side[0][1].kind != "api":
-        return None
-    dump, call = side[0]
-    api = api_name(call)
-    if (api_map or load_api_map()).is_composite_backward(api):
-        return f"PyTorch records {api} backward on an internal autograd node (composite API)"
-    fwd = dump.get(call.name.removesuffix("backward") + "forward")
-    shapes = {r.shape for r in fwd.input_tensors} if fwd is not None else set()
-    odd = [r.shape for r in call.output_tensors if fwd is not None and r.shape not in shapes]
-    if odd:
-        return f"PyTorch {api} backward output shape {odd[0]} is no input's shape"
-    return None
-
-
-_API_COLUMNS = ("out", "out_sq", "inp", "full", "base", "alt0", "alt1", "parent")
+_API_COLUMNS = ("out", "out_sq", "inp", "full", "base", "alt0", "alt1", "parent", "name")
 _COLUMNS = (*_API_COLUMNS, "cls", "params", "depth", "nums")
 
 
@@ -316,8 +317,30 @@ def _op_overlap(sa: Seq, sb: Seq) -> tuple[np.ndarray, np.ndarray]:
     return keep_a, keep_b
 
 
+def _known(vocab: Vocab, key: str) -> int:
+    """A feature id; a record with no tensors (a cell msprobe-MindSpore left empty) is unknown."""
+    return vocab(key) if key else -1
+
+
 def _calls(dump: Dump, kind: str, direction: str) -> list[Call]:
     return [c for c in dump.calls if c.kind == kind and c.direction == direction]
+
+
+# Leading path components that wrap a model (training cells, DDP/Float16Module, HF heads).
+_WRAPPERS = frozenset({"network_with_loss", "network", "_network", "module", "model",
+                       "_backbone", "backbone"})
+
+
+def _by_path(calls: list[Call]) -> dict[tuple[str, int], Call | None]:
+    """Module calls by (path without leading wrappers, call index); None where not unique."""
+    out: dict[tuple[str, int], Call | None] = {}
+    for c in calls:
+        parts = module_scope(c).split(".")
+        while len(parts) > 1 and parts[0] in _WRAPPERS:
+            parts = parts[1:]
+        key = (".".join(parts), c.index)
+        out[key] = None if key in out else c
+    return out
 
 
 def _depths(dump: Dump) -> dict[str, int]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pytest_accuracy.dumps.model import Call, Dump
 from pytest_accuracy.errors import AccuracyInputError
-from pytest_accuracy.naming import (
+from pytest_accuracy.pairing.naming import (
     ApiMap,
     Pairing,
     api_calls,

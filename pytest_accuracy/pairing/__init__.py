@@ -1,0 +1,1 @@
+"""Pairing of two runs' calls: names, mapping files, automatic alignment (DESIGN.md)."""

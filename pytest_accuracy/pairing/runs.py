@@ -1,0 +1,92 @@
+"""One pairing for every pair of runs: names where they hold, sequence alignment where not.
+
+msprobe numbers calls per API (``Tensor.__add__.7``), so a call only one run makes (eager
+attention's mask, a router's renormalisation, a cast) shifts every later counter of *that* API:
+the same name then denotes different calls.  Within one framework, an API called as often in
+both runs keeps its names (a shape that differs at the same call is the compare's to report:
+tensor parallelism, a bug); the calls of an API called more often in one run are aligned
+(``align.auto_pairing``: op, shapes, dtypes, statistics, enclosing module, the name as one
+more piece of evidence); modules pair by path, whatever their class.  Across frameworks
+everything is aligned.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import replace
+
+from pytest_accuracy.dumps.model import Call, Dump
+from pytest_accuracy.pairing.align import AlignmentResult, auto_pairing
+from pytest_accuracy.pairing.naming import module_scope
+
+
+def shifted_apis(npu: Dump, bench: Dump) -> dict[str, tuple[int, int]]:
+    """APIs called a different number of times in the two runs: {api: (npu, bench) counts}."""
+    mine, theirs = _api_counts(npu), _api_counts(bench)
+    return {api: (mine[api], theirs[api]) for api in sorted(set(mine) | set(theirs))
+            if mine[api] != theirs[api]}
+
+
+def pair_runs(npu: Dump, bench: Dump) -> AlignmentResult:
+    """Pairs for one (step, rank): across frameworks aligned; within one, by name for the APIs
+    called as often in both runs and modules by path, the shifted APIs' calls aligned."""
+    if npu.framework != bench.framework:
+        return auto_pairing(npu, bench)
+    shifted = shifted_apis(npu, bench)
+    result = AlignmentResult(by_name=not shifted)
+    if shifted:
+        result.why_aligned = "; ".join(
+            f"{api} called {a} times in the NPU run and {b} in the bench"
+            for api, (a, b) in list(shifted.items())[:3])
+        aligned = auto_pairing(_only(npu, shifted), _only(bench, shifted))
+    modules = {_module_key(c): c for c in bench.calls if c.kind != "api"}
+    for call in npu.calls:
+        if call.kind != "api":
+            _by_path(result, call, modules.get(_module_key(call)))
+        elif _api(call) in shifted:
+            _from(result, aligned, call.name)
+        elif bench.get(call.name) is not None:
+            _set(result, call.name, call.name, 1.0, "same name; the API is called as often "
+                 "in both runs")
+    result.unmatched = [c.name for c in npu.calls if c.name not in result.pairs]
+    return result
+
+
+def _by_path(result: AlignmentResult, call: Call, theirs: Call | None) -> None:
+    if theirs is None:
+        return
+    if theirs.op == call.op:
+        _set(result, call.name, theirs.name, 1.0, "same name")
+    else:
+        _set(result, call.name, theirs.name, 0.9,
+             f"same module path {call.scope}; class {call.op}~{theirs.op}")
+
+
+def _from(result: AlignmentResult, aligned: AlignmentResult, name: str) -> None:
+    if name in aligned.pairs:
+        _set(result, name, aligned.pairs[name], aligned.confidence[name], aligned.evidence[name])
+    elif name in aligned.rejected:
+        result.rejected[name] = aligned.rejected[name]
+
+
+def _set(result: AlignmentResult, npu: str, bench: str, conf: float, evidence: str) -> None:
+    result.pairs[npu], result.confidence[npu], result.evidence[npu] = bench, conf, evidence
+
+
+def _only(dump: Dump, apis: Mapping[str, object]) -> Dump:
+    """The dump's calls of these APIs (forward and backward), for aligning them alone."""
+    calls = [c for c in dump.calls if c.kind == "api" and _api(c) in apis]
+    return replace(dump, calls=calls)
+
+
+def _api(call: Call) -> str:
+    return f"{call.prefix}.{call.op}"
+
+
+def _api_counts(dump: Dump) -> Counter[str]:
+    return Counter(_api(c) for c in dump.calls if c.kind == "api" and c.direction == "forward")
+
+
+def _module_key(call: Call) -> tuple[str, str, str, int]:
+    return (call.kind, module_scope(call), call.direction, call.index)
