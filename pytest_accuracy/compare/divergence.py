@@ -8,7 +8,8 @@ from typing import Any
 
 from pytest_accuracy.compare import Comparison, NodeResult, TensorComparison
 from pytest_accuracy.compare.metrics import StatsMetrics, TensorMetrics
-from pytest_accuracy.dumps.model import TensorRecord
+from pytest_accuracy.compare.results import Finding
+from pytest_accuracy.dumps.model import Call, Dump, TensorRecord
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class FirstDivergence:
     stack: str | None = None
     finding: str | None = None  # precision | argument | local_error
     twin_step: int | None = None  # an earlier step identical between the runs
+    through: str | None = None  # a node only the NPU run records that made the difference
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +51,7 @@ class FirstDivergence:
             "stack": self.stack,
             "finding": self.finding,
             "twin_step": self.twin_step,
+            "through": self.through,
         }
 
     def sentence(self) -> str:
@@ -60,9 +63,11 @@ def divergence_sentence(first: dict[str, Any]) -> str:
     where = f"step {first['step']}, rank {first['rank']}"
     if first.get("kind") == "between":
         after = first.get("previous") or f"the start of step {first['step']}"
+        how = (f"through {after}, which only the NPU run records (the bench has no call to "
+               "compare it with)" if first.get("through") and first.get("through") == after else
+               "through its inputs from code the dump did not record")
         text = (f"First divergence between {after} and {first['npu_name']} ({where}): the "
-                f"error entered through its inputs from code the dump did not record; "
-                f"{first['tensor']}: {first['reason']}.")
+                f"error entered {how}; {first['tensor']}: {first['reason']}.")
     else:
         text = f"First divergence: {first['npu_name']} ({where}), {first['tensor']}: " \
                f"{first['reason']}."
@@ -116,19 +121,60 @@ def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
         tensor=worst.path if worst is not None else "",
         kind="appears" if appears else "between",
         reason=reason,
-        previous=None if appears else _previous_name(cmp, result.index),
-        likely_cause=_likely_cause(result),
+        previous=None if appears else _entered_after(cmp, result),
+        likely_cause=_likely_cause(cmp, result),
         stack=result.npu.stack_line(),
         finding=finding.kind if finding is not None else None,
         twin_step=result.twin_step,
+        through=_through(result, finding),
     )
 
 
-def _likely_cause(result: NodeResult) -> str | None:
+def _likely_cause(cmp: Comparison, result: NodeResult) -> str | None:
     for finding in result.findings:
         if finding.kind in ("argument", "precision", "module_class"):
             return finding.detail
+    if result.entered_through:
+        return (f"{', '.join(result.entered_through)} made the differing input, and only the "
+                "NPU run records it: look at it first")
+    if result.entered_after:
+        module = _common_module(cmp, result)
+        inside = f" in the code of {module}" if module else ""
+        return (f"code the dump does not record ran between {result.entered_after[-1]} and "
+                f"this node{inside} (an operation left out or added, such as a residual add)")
     return None
+
+
+def _common_module(cmp: Comparison, result: NodeResult) -> str | None:
+    """The innermost module (construct.json) around both the producer and this node."""
+    dump = cmp.entries[result.index][0]
+    producer = dump.get(result.entered_after[-1])
+    if producer is None:
+        return None
+    ours = _ancestors(dump, result.npu)
+    return next((m for m in _ancestors(dump, producer) if m in ours), None)
+
+
+def _ancestors(dump: Dump, call: Call) -> list[str]:
+    out: list[str] = []
+    parent = call.parent
+    while parent is not None and parent not in out and len(out) < 256:
+        out.append(parent)
+        module = dump.get(parent)
+        parent = module.parent if module is not None else None
+    return out
+
+
+def _through(result: NodeResult, finding: Finding | None) -> str | None:
+    if finding is not None:
+        return finding.via
+    return result.entered_through[-1] if result.entered_through else None
+
+
+def _entered_after(cmp: Comparison, result: NodeResult) -> str | None:
+    if result.entered_after:
+        return result.entered_after[-1]
+    return _previous_name(cmp, result.index)
 
 
 def _differing_inputs(result: NodeResult) -> str:

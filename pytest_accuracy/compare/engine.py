@@ -15,7 +15,7 @@ from pytest_accuracy.compare.findings import scalar_diffs
 from pytest_accuracy.compare.judge import compare_all, records_of, settle
 from pytest_accuracy.compare.local import LocalError, local_error
 from pytest_accuracy.compare.results import NodeResult
-from pytest_accuracy.dumps.model import FLOAT_EPS, Call, Dump, DumpSet
+from pytest_accuracy.dumps.model import FLOAT_EPS, Call, Dump, DumpSet, TensorRecord
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.pairing.base import Pairing, pair_by_name
 
@@ -147,15 +147,19 @@ class Comparison:
     @cached_property
     def effective_dtypes(self) -> list[str]:
         """Per node, the least precise float dtype seen so far in its step and rank, in either
-        run (metadata only): a bf16 rank does not loosen another rank, so shards agree."""
+        run (metadata only): a bf16 rank does not loosen another rank, so shards agree. Only
+        nodes both runs record count: a cast only the NPU run makes (an fp16 softmax; msprobe-
+        PyTorch records no cast) is reported at the first node both record, and must not
+        hold every later node to fp16 before that."""
         running, where = "float64", (-1, -1)
         out = []
         for i, (dump, call) in enumerate(self.entries):
             if (dump.step, dump.rank) != where:
                 running, where = "float64", (dump.step, dump.rank)
             bench = self.bench_call(i)
-            for rec in records_of(call) + (records_of(bench) if bench else []):
-                running = less_precise(running, rec.dtype)
+            if bench is not None:
+                for rec in records_of(call) + records_of(bench):
+                    running = less_precise(running, rec.dtype)
             out.append(running)
         return out
 
@@ -240,20 +244,71 @@ class Comparison:
             result.status, result.reason = "error", str(exc)
 
     def _earlier_divergence(self, result: NodeResult) -> str | None:
-        """An earlier node that produced one of this node's differing inputs, else the first
-        node flagged from metadata before it; None when nothing diverged before."""
+        """An earlier node that produced one of this node's differing inputs and diverged
+        itself; else the first node flagged from metadata before it; None when nothing
+        diverged before: when each differing input came from a node that agrees with the
+        bench (or that only the NPU run records), the error entered between them and this
+        node (``result.entered_after``)."""
         index = result.index
         dump = self.entries[index][0]
         prov = self.provenance
         differing = [t.npu for t in result.inputs if not t.ok]
+        entered: list[int] = []
         for record in differing:
-            producer = prov.producer_of(dump, record, index)
-            if producer is not None and prov.origin(producer) != index:
-                return self.entries[prov.origin(producer)][1].name
+            source = self._source(dump, record, index)
+            if source is None:
+                continue
+            diverged, origin = source
+            if diverged:
+                return self.entries[origin][1].name
+            entered.append(origin)
         first = prov.first_flag_before[index]
-        if first is None or prov.origin(first) == index:
+        nothing_before = first is None or prov.origin(first) == index
+        if differing and len(entered) == len(differing) and nothing_before:
+            origins = sorted(set(entered))
+            result.entered_after = [self.entries[i][1].name for i in origins]
+            result.entered_through = [self.entries[i][1].name for i in origins
+                                      if self.bench_call(i) is None]
+            return None
+        if first is None or nothing_before:
             return None
         return self.entries[prov.origin(first)][1].name
+
+    def _source(self, dump: Dump, record: TensorRecord, index: int,
+                depth: int = 0) -> tuple[bool, int] | None:
+        """The recorded node that made an input, and whether it diverged; through nodes only
+        the NPU run records (casts, the views msprobe-PyTorch filters) to the paired node
+        that fed them, when one diverged."""
+        prov = self.provenance
+        producer = prov.producer_of(dump, record, index)
+        if producer is None or prov.origin(producer) == index:
+            return None
+        origin = prov.origin(producer)
+        if self.bench_call(origin) is not None:  # diverged: a finding, or values off
+            return bool(prov.findings[origin]) or not self._outputs_agree(origin), origin
+        if depth < 16:
+            for upstream in self.entries[origin][1].input_tensors:
+                found = self._source(dump, upstream, origin, depth + 1)
+                if found is not None and found[0]:
+                    return found
+        return False, origin
+
+    def _outputs_agree(self, index: int) -> bool:
+        """Node ``index``'s outputs meet the criteria (compared here if not yet: reading a
+        node's result from another would wait on a thread of the same pool)."""
+        done = self._done.get(index)
+        if done is not None and done.outputs:
+            return all(t.ok for t in done.outputs)
+        _, call = self.entries[index]
+        bench = self.bench_call(index)
+        assert bench is not None
+        criteria = self._criteria(index).with_waiver(self.criteria.waiver_for(call.name, call.op))
+        try:
+            outputs = compare_all(call.output_tensors, bench, self.effective_dtypes[index],
+                                  criteria)
+        except AccuracyInputError:
+            return not self.provenance.flagged[index]
+        return all(t.ok for t in outputs)
 
     def _inside_divergence(self, index: int) -> str | None:
         inner = self.provenance.flagged_inside.get(index)
@@ -271,6 +326,11 @@ class Comparison:
             # NPU's replay called a bench-identical output "off" (a false own error). Also
             # spares the replay of data-movement and exact nodes.
             return "outputs bit-identical to the bench's: no error of its own to measure"
+        lower = _lower_precision_inputs(result, self.criteria.allowed_precisions)
+        if lower is not None:
+            # a float64 replay of inputs in fp16 measures fp16 arithmetic, not this node
+            return (f"its inputs arrive in lower precision than the bench's ({lower}): the "
+                    "local error would measure that precision, not this node")
         band = result.tolerance.rel_err if result.tolerance is not None else 1e-4
         return self._local_at(result.index, band)
 
@@ -320,3 +380,16 @@ class Comparison:
                 "(--acc-mapping) or use --acc-align=auto"
             )
         return "no node of this name in the bench dump"
+
+
+def _lower_precision_inputs(result: NodeResult, allowed: frozenset[tuple[str, str]]) -> str | None:
+    """``input.0 float16 vs bench float32``: the first input less precise than the bench's by
+    an undeclared change (a declared one is judged in its own band)."""
+    assert result.bench is not None
+    theirs = {r.path: r.dtype for r in result.bench.input_tensors}
+    for rec in result.npu.input_tensors:
+        other = theirs.get(rec.path)
+        if (other is not None and other != rec.dtype and (rec.dtype, other) not in allowed
+                and less_precise(rec.dtype, other) == rec.dtype):
+            return f"{rec.path} {rec.dtype} vs bench {other}"
+    return None

@@ -40,23 +40,36 @@ def precision_finding(
     bench: Call,
     allowed: frozenset[tuple[str, str]],
     produced: Callable[[TensorRecord], bool] = lambda record: True,
+    one_sided: Callable[[TensorRecord], str | None] = lambda record: None,
 ) -> Finding | None:
     """A different float output dtype from inputs that arrive alike: the node changed precision.
 
     An input that arrives in another dtype from an earlier recorded node carries that
     node's change, and so does the output here; one that no recorded node produced (a
     parameter or buffer stored in another dtype, the guide's embedding kept in float32)
-    brings the change in at this node.  Backward records take the forward's dtypes.
+    brings the change in at this node, and so does one cast by a node only the NPU run
+    records (msprobe-PyTorch records no cast: this is the first node both runs record).
+    Backward records take the forward's dtypes.
     """
     if npu.direction != "forward":
         return None
     bench_inputs = {r.path: r.dtype for r in bench.input_tensors + bench.parameters}
     stored: list[str] = []
+    cast: list[str] = []
+    vias: list[str] = []
     for record in npu.input_tensors + npu.parameters:
         theirs = bench_inputs.get(record.path)
         if theirs is None or theirs == record.dtype:
             continue
-        if produced(record) or (record.dtype, theirs) in allowed:
+        if (record.dtype, theirs) in allowed:
+            return None
+        via = one_sided(record)
+        if via is not None:
+            vias.append(via)
+            cast.append(f"{record.path} is npu {record.dtype} vs bench {theirs}, made by {via}, "
+                        "which only the NPU run records")
+            continue
+        if produced(record):
             return None
         stored.append(f"{record.path} is npu {record.dtype} vs bench {theirs}")
     bench_outputs = {r.path: r.dtype for r in bench.output_tensors}
@@ -69,14 +82,18 @@ def precision_finding(
             and is_float_dtype(theirs)
             and (record.dtype, theirs) not in allowed
         ):
-            source = (
-                f"; {', '.join(stored)}, stored so (no recorded node produced it)"
-                if stored else " from inputs of the same dtypes"
-            )
+            source = "".join(
+                [f"; {', '.join(stored)}, stored so (no recorded node produced it)"] * bool(stored)
+                + [f"; {'; '.join(cast)}"] * bool(cast)) or " from inputs of the same dtypes"
+            inner = one_sided(record) if npu.kind == "module" else None
+            if inner is not None:  # a module whose output a cast inside it made
+                source += f"; cast inside it by {inner}, which only the NPU run records"
+                vias.append(inner)
             return Finding(
                 "precision",
                 f"precision differs: npu {record.dtype} vs bench {theirs} ({record.path})"
                 + source,
+                via=vias[0] if vias else None,
             )
     return None
 

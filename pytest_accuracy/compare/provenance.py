@@ -31,6 +31,8 @@ class Provenance:
 
     findings: list[list[Finding]] = field(default_factory=list)
     flagged: list[bool] = field(default_factory=list)
+    matched: list[bool] = field(default_factory=list)  # the node has a bench counterpart
+    names: list[str] = field(default_factory=list)
     first_flag_before: list[int | None] = field(default_factory=list)
     twin_step: list[int | None] = field(default_factory=list)
     producers: dict[tuple[int, int, StatsKey], int] = field(default_factory=dict)
@@ -70,6 +72,8 @@ def build(
     seen: dict[tuple[str, str, tuple[str, ...]], int] = {}
     first_calls: dict[tuple[int, str], tuple[int, int]] = {}  # (rank, name) -> (step, node)
     for i, (dump, call, bench) in enumerate(pairs):
+        prov.matched.append(bench is not None)
+        prov.names.append(call.name)
         prov.first_flag_before.append(first)
         twin = twin_step_before(identical, dump.step, dump.rank)
         prov.twin_step.append(twin)
@@ -115,7 +119,8 @@ def _findings_at(
     if bench is None:
         return []
     found = node_findings(call, bench, same_framework, dtype, criteria,
-                          _produced_before(prov, dump, index, after_change))
+                          _produced_before(prov, dump, index, after_change),
+                          _one_sided_producer(prov, dump, index, after_change))
     if twin is not None and not found:
         update = update_finding(call, bench, twin, dump.step,
                                 _produced_before(prov, dump, index, False))
@@ -130,10 +135,12 @@ def node_findings(
     dtype: str,
     criteria: CompareCriteria,
     produced: Callable[[TensorRecord], bool] = lambda record: True,
+    one_sided: Callable[[TensorRecord], str | None] = lambda record: None,
 ) -> list[Finding]:
-    """Precision and argument findings: decided from metadata, whatever the value error."""
+    """Precision, argument and module-class findings: decided from metadata, whatever the
+    value error."""
     found = []
-    precision = precision_finding(npu, bench, criteria.allowed_precisions, produced)
+    precision = precision_finding(npu, bench, criteria.allowed_precisions, produced, one_sided)
     if precision is not None:
         found.append(precision)
     diffs = scalar_diffs(npu, bench, same_framework)
@@ -171,6 +178,19 @@ def _produced_before(
     statistics, or (views and splits change statistics) any input after an earlier node of
     the step already changed dtype."""
     return lambda record: after_change or prov.producer_of(dump, record, index) is not None
+
+
+def _one_sided_producer(
+    prov: Provenance, dump: Dump, index: int, after_change: bool
+) -> Callable[[TensorRecord], str | None]:
+    """The name of the node only the NPU run records (a cast) that produced an input, unless
+    an earlier node of the step already changed dtype (this one carries that change)."""
+    def name(record: TensorRecord) -> str | None:
+        if after_change:
+            return None
+        producer = prov.producer_of(dump, record, index)
+        return None if producer is None or prov.matched[producer] else prov.names[producer]
+    return name
 
 
 def _output_dtype_differs(npu: Call, bench: Call) -> bool:
@@ -224,9 +244,12 @@ def _index_made_inside(
             continue
         if diverging_in_metadata(call.parameters, bench.parameters, dtypes[i], held[i]):
             continue  # its own parameters differ: the node itself is where it shows
-        # inputs computed by unrecorded code differ at all (noise the code amplified counts)
+        # inputs computed by unrecorded code differ at all (noise the code amplified counts);
+        # a module's input that is a submodule's output agreeing with the bench's was changed
+        # by unrecorded code too (a residual add left out)
         differing = _not_identical(call.input_tensors, bench.input_tensors)
-        if not differing or any(prov.producer_of(dump, r, i) is not None for r in differing):
+        if not differing or any(
+                not _unrecorded_source(prov, pairs, i, r, dtypes[i], held[i]) for r in differing):
             continue
         parent, depth = call.parent, 0
         while parent is not None and depth < 256:  # construct.json chains are shallow
@@ -241,6 +264,21 @@ def _index_made_inside(
                 prov.made_in[i] = module
                 break
             parent, depth = outer.parent, depth + 1
+
+
+def _unrecorded_source(prov: Provenance, pairs: list[tuple[Dump, Call, Call | None]],
+                       index: int, record: TensorRecord, dtype: str,
+                       criteria: CompareCriteria) -> bool:
+    """Unrecorded code made this input: no recorded node produced it; or, for a module, one
+    that agrees with the bench did while the input itself is off (a residual add left out)."""
+    dump, call, bench = pairs[index]
+    producer = prov.producer_of(dump, record, index)
+    if producer is None:
+        return True
+    if call.kind != "module" or bench is None or pairs[producer][2] is None:
+        return False
+    off = diverging_in_metadata([record], bench.input_tensors, dtype, criteria)
+    return bool(off) and not prov.flagged[producer]
 
 
 def _not_identical(records: list[TensorRecord], bench: list[TensorRecord]) -> list[TensorRecord]:

@@ -51,6 +51,7 @@ class Finding:
 
     kind: str  # precision | argument | module_class | local_error | update
     detail: str
+    via: str | None = None  # the node only the NPU run records that brought the change in
 
 
 @dataclass
@@ -75,6 +76,10 @@ class NodeResult:
     local: LocalError | None = None
     local_note: str = ""  # why local error was not measured
     carried_from: str | None = None  # the earlier divergence this node carries
+    # its differing inputs came from these nodes, which agree with the bench (or which only
+    # the NPU run records): the error entered between them and this node
+    entered_after: list[str] = field(default_factory=list)
+    entered_through: list[str] = field(default_factory=list)  # of those, the one-sided ones
     tolerance: Tolerance | None = None
     twin_step: int | None = None  # an earlier step identical between the runs
 

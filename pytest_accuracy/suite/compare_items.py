@@ -120,6 +120,9 @@ def _how_made(first: FirstDivergence) -> str:
     if first.kind == "appears":
         return "its inputs match the bench exactly and its outputs do not."
     after = first.previous or f"the start of step {first.step}"
+    if first.through is not None and first.through == first.previous:
+        return (f"its inputs already differ and nothing dumped before it diverged; the input "
+                f"was made by {after}, which only the NPU run records.")
     return (f"its inputs already differ and nothing dumped before it diverged; the error "
             f"entered after {after}, through an input the dump did not see being made.")
 
