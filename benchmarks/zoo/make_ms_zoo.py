@@ -110,11 +110,13 @@ CASES: dict[str, dict[str, Any]] = {
                                "the mask is the `s + mask` Tensor.__add__"}},
 }
 
-# committed subset (tests/data/zoo_ms): case -> levels; step 0 only; <= 8 MB
+# committed subset (tests/data/zoo_ms): case -> levels; step 0 only; ~2.6 MB a case x level
 SUBSET: dict[str, tuple[str, ...]] = {
     "ms_clean": ("L0",),
     "ms_softmax_fp16": ("L1",),
     "ms_residual_dropped": ("L0",),
+    "ms_rms_eps": ("L1",),
+    "ms_mask_off_by_one": ("L1",),
 }
 
 

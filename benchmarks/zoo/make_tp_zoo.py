@@ -88,10 +88,11 @@ NOTES = {
     "eager_vs_sdpa_rms_eps": "npu eager vs bench sdpa: Tensor.__add__ counters differ between "
     "the sides (the eager mask add); expected is the npu's name",
 }
-# case -> levels in the committed subset (tests/data/zoo_tp). One case x level is 2-4 MB
-# (both sides, du) for these models, so a 12 MB cap holds three: the plugin's misses.
+# case -> levels in the committed subset (tests/data/zoo_tp): one case x level is 2-3.5 MB
+# (both sides), so it holds one per class the diagnosis had wrong, and the benign counter shift
 SUBSET: dict[str, tuple[str, ...]] = {
     "residual_dropped": ("L0",), "act_gelu": ("L1",), "rms_eps_tiny": ("L0",),
+    "sdpa_vs_eager": ("L1",),
 }
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_accuracy.compare import Comparison, NodeResult, TensorComparison
+from pytest_accuracy.compare.findings import module_class_finding, op_finding
 from pytest_accuracy.compare.metrics import StatsMetrics, TensorMetrics
 from pytest_accuracy.compare.results import Finding
 from pytest_accuracy.dumps.model import Call, Dump, TensorRecord
@@ -16,7 +17,8 @@ from pytest_accuracy.dumps.model import Call, Dump, TensorRecord
 class FirstDivergence:
     """A node that makes an error of its own; the first divergence is the earliest one.
 
-    ``kind`` is ``"appears"`` when the node's inputs still match and its outputs do not
+    ``kind`` is ``"parameter"`` when its inputs match and a parameter of its own differs;
+    ``"appears"`` when the node's inputs still match and its outputs do not
     (or it changes precision, takes another argument, or computes wrongly from its own
     inputs); ``"between"`` when its inputs already differ and no earlier node diverged:
     the error entered through them from code the dump did not record, after ``previous``.
@@ -101,7 +103,10 @@ def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
     worst = result.failing_outputs[0] if result.failing_outputs else (
         result.outputs[0] if result.outputs else None)
     finding = result.findings[0] if result.findings else None
-    appears = finding is not None or (bool(result.inputs) and result.inputs_ok)
+    # a parameter (weight, bias) is part of the node: one that differs makes its error here
+    own_params = [t for t in result.inputs if not t.ok and t.path.startswith("parameters")]
+    appears = finding is not None or (bool(result.inputs) and all(
+        t.ok or t.path.startswith("parameters") for t in result.inputs))
     reason = worst.judgement.detail if worst is not None and not worst.ok else ""
     if finding is not None:
         reason = f"{finding.detail}; {reason}" if reason and finding.kind != "argument" \
@@ -119,10 +124,11 @@ def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
         step=result.step,
         rank=result.rank,
         tensor=worst.path if worst is not None else "",
-        kind="appears" if appears else "between",
+        kind=("parameter" if own_params and not finding else "appears") if appears
+        else "between",
         reason=reason,
         previous=None if appears else _entered_after(cmp, result),
-        likely_cause=_likely_cause(cmp, result),
+        likely_cause=_likely_cause(cmp, result) or _parameter_cause(own_params),
         stack=result.npu.stack_line(),
         finding=finding.kind if finding is not None else None,
         twin_step=result.twin_step,
@@ -132,8 +138,17 @@ def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
 
 def _likely_cause(cmp: Comparison, result: NodeResult) -> str | None:
     for finding in result.findings:
-        if finding.kind in ("argument", "precision", "module_class"):
+        if finding.kind in ("argument", "precision"):
             return finding.detail
+    if result.bench is not None:
+        # another module class or op where the bench has its own (an aligned pair): said as
+        # the cause, never a failure by itself (a renamed class, an equivalent kernel)
+        dump = cmp.entries[result.index][0]
+        same = dump.framework == cmp.bench.dumps[(dump.step, dump.rank)].framework
+        for other in (module_class_finding(result.npu, result.bench, same),
+                      op_finding(result.npu, result.bench, same)):
+            if other is not None:
+                return other.detail
     if result.entered_through:
         return (f"{', '.join(result.entered_through)} made the differing input, and only the "
                 "NPU run records it: look at it first")
@@ -163,6 +178,14 @@ def _ancestors(dump: Dump, call: Call) -> list[str]:
         module = dump.get(parent)
         parent = module.parent if module is not None else None
     return out
+
+
+def _parameter_cause(differing: list[TensorComparison]) -> str | None:
+    if not differing:
+        return None
+    worst = differing[0]
+    return (f"its parameter {worst.path.removeprefix('parameters.')} differs from the bench's "
+            f"({worst.judgement.detail}): loaded, initialised, laid out or updated differently")
 
 
 def _through(result: NodeResult, finding: Finding | None) -> str | None:

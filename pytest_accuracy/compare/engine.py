@@ -204,9 +204,7 @@ class Comparison:
         settle(result)
         if result.status not in ("pass", "fail"):
             return result
-        # another module class whose outputs still agree is a rename, not another computation
-        result.findings = [f for f in self.provenance.findings[index]
-                           if f.kind != "module_class" or result.status == "fail"]
+        result.findings = list(self.provenance.findings[index])
         why = self._incomparable_backward(dump, call, bench) if result.status == "fail" else None
         if why is not None:
             result.status = "skip"

@@ -128,6 +128,24 @@ def same_op(npu: Call, bench: Call) -> bool:
     return amap.to_pt(mine) == api_name(bench) and mine not in amap.arg_maps
 
 
+def op_finding(npu: Call, bench: Call, same_framework: bool) -> Finding | None:
+    """Another operation at the same place (an aligned pair of different ops: gelu for silu)."""
+    if npu.kind != "api" or bench.kind != "api":
+        return None
+    from pytest_accuracy.pairing.naming import api_name, load_api_map
+
+    amap = load_api_map()
+    mine, theirs = amap.ms_key(api_name(npu)), api_name(bench)
+    if not same_framework:
+        if theirs in amap.alternatives.get(mine, ()):
+            return None
+        mine = amap.to_pt(mine)
+    if mine == theirs or amap.base_op(mine) == amap.base_op(theirs):
+        return None
+    return Finding("op", f"another operation: npu {api_name(npu)} where the bench calls "
+                   f"{theirs} (inputs and outputs of the same shapes)")
+
+
 # Activation classes: two modules at one place computing different functions (GELU vs SiLU)
 _ACTIVATIONS = ("gelu", "silu", "relu", "tanh", "sigmoid", "softplus", "mish")
 

@@ -26,12 +26,15 @@ from pytest_accuracy.precheck.registry import resolve
 # Replays cost a float64 pass over the node; past this many elements per side the node
 # keeps the value rule alone (and says so), so a huge dump's compare stays bounded.
 MAX_REPLAY_ELEMENTS = 1 << 24
-# NPU local error must exceed RATIO x the bench's, and a floor: FLOOR_EPS units of its
-# dtype's rounding and BAND_SHARE of the node's tolerance. Kernels that sum in another
-# order or accumulate a bf16 matmul in fp32 stay under it; a kernel bug using a tenth of
-# the value band, where later noise would hide it, does not.
+# NPU local error must exceed RATIO x the bench's, and a floor in units of its dtype's
+# rounding: FLOOR_EPS at least, BAND_SHARE of the node's tolerance where that is more, but
+# never past CEIL_EPS. Kernels that sum in another order or accumulate a bf16 matmul in fp32
+# stay under it (benign pairs of the zoos, transformers and MindSpore twins included: 3.2 eps
+# at most, MindSpore's fp32 cross_entropy); an fp32 norm whose eps moved its output 1e-6
+# (9.4 eps; 0.1 % of the value band, which the band share of 10 % hid) does not.
 RATIO = 4.0
 FLOOR_EPS = 2.0
+CEIL_EPS = 8.0
 BAND_SHARE = 0.1
 
 
@@ -48,8 +51,8 @@ class LocalError:
 
     @property
     def floor(self) -> float:
-        return max(FLOOR_EPS * FLOAT_EPS.get(self.dtype, FLOAT_EPS["float32"]),
-                   BAND_SHARE * self.band)
+        eps = FLOAT_EPS.get(self.dtype, FLOAT_EPS["float32"])
+        return max(FLOOR_EPS * eps, min(CEIL_EPS * eps, BAND_SHARE * self.band))
 
     @property
     def npu_makes_error(self) -> bool:

@@ -49,7 +49,7 @@ class ScalarDiff:
 class Finding:
     """Why a node makes an error of its own; ``kind`` names the rule, ``detail`` the evidence."""
 
-    kind: str  # precision | argument | module_class | local_error | update
+    kind: str  # precision | argument | local_error | update
     detail: str
     via: str | None = None  # the node only the NPU run records that brought the change in
 

@@ -23,21 +23,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
 
-from pytest_accuracy.dumps.model import Call, Dump, TensorRecord, is_float_dtype
+from pytest_accuracy.dumps.model import Call, Dump, TensorRecord
 from pytest_accuracy.pairing.backward import incomparable_backward
 from pytest_accuracy.pairing.dp import (
     API_TERMS,
     MODULE_TERMS,
     Seq,
+    Terms,
     Vocab,
     block_scores,
     explain,
     needleman_wunsch,
 )
+from pytest_accuracy.pairing.features import by_path, call_stats, depths, rec_key, sig
 from pytest_accuracy.pairing.naming import (
     ApiMap,
     Pairing,
@@ -172,10 +175,18 @@ class _Aligner:
             # An API whose op has no possible partner on the other side can only pair at a
             # confidence below 0.4: leave it out of the DP (shorter, better-centred band).
             keep_a, keep_b = _op_overlap(sa, sb)
-            sa, sb = sa.take(keep_a), sb.take(keep_b)
-            a, b = [a[k] for k in keep_a], [b[k] for k in keep_b]
-            if not a or not b:
-                return
+            self._align_kept(a, b, sa.take(keep_a), sb.take(keep_b), keep_a, keep_b, terms)
+            self._substitute(a, b, sa, sb)
+            return
+        self._align_kept(a, b, sa, sb, np.arange(len(a)), np.arange(len(b)), terms)
+
+    def _align_kept(self, a: list[Call], b: list[Call], sa: Seq, sb: Seq, keep_a: np.ndarray,
+                    keep_b: np.ndarray, terms: Terms) -> None:
+        """The DP over the kept calls ``a[keep_a]``, ``b[keep_b]`` (features ``sa``, ``sb``)."""
+        a, b = [a[k] for k in keep_a], [b[k] for k in keep_b]
+        if not a or not b:
+            return
+        module = terms is MODULE_TERMS
 
         def score(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
             return block_scores(sa, sb, rows, cols, terms, op=not module)
@@ -185,6 +196,25 @@ class _Aligner:
         for i, j in needleman_wunsch(len(a), len(b), score, gap_a, gap_b):
             conf, evidence = explain(sa, sb, i, j, terms, op=not module)
             self._add(a[i].name, b[j].name, conf, evidence)
+
+    def _substitute(self, a: list[Call], b: list[Call], sa: Seq, sb: Seq) -> None:
+        """Between two aligned pairs, a call left over on each side with inputs and outputs
+        of the same shapes (and enclosing module) is another op in the same place: gelu
+        where the bench calls silu. Paired, so the compare names it; its op is the cause."""
+        where_b = {c.name: j for j, c in enumerate(b)}
+        anchors = [(i, where_b[self.result.pairs[c.name]]) for i, c in enumerate(a)
+                   if self.result.pairs.get(c.name) in where_b]
+        bounds = [(-1, -1), *anchors, (len(a), len(b))]
+        for (i0, j0), (i1, j1) in pairwise(bounds):
+            free = [j for j in range(j0 + 1, j1) if b[j].name not in self.used]
+            for i in range(i0 + 1, i1):
+                j = next((j for j in free if _substituted(sa, sb, i, j)), None)
+                if j is None or self._done(a[i]):
+                    continue
+                free = [k for k in free if k > j]
+                conf, evidence = explain(sa, sb, i, j, API_TERMS, op=True)
+                self._add(a[i].name, b[j].name, max(conf, self.min_confidence),
+                          f"another op in the same place; {evidence}")
 
     def _gap(self, call: Call, *, npu: bool) -> float:
         """Leaving out a call PyTorch's dumper filters (risk level) is nearly free."""
@@ -198,13 +228,13 @@ class _Aligner:
         v = self.vocab
         cols: dict[str, list[int]] = {k: [] for k in _COLUMNS}
         parent_pairs = self.result.pairs
-        depth = _depths(self.npu if npu else self.bench)
+        depth = depths(self.npu if npu else self.bench)
         same_framework = self.npu.framework == self.bench.framework
         for c in calls:
             outs, ins = self._leading(c), c.input_tensors
-            cols["out"].append(_known(v, _sig(outs, squeeze=False)))
-            cols["out_sq"].append(_known(v, _sig(outs, squeeze=True)))
-            cols["inp"].append(_known(v, _sig(sorted(ins, key=_rec_key), squeeze=False)))
+            cols["out"].append(_known(v, sig(outs, squeeze=False)))
+            cols["out_sq"].append(_known(v, sig(outs, squeeze=True)))
+            cols["inp"].append(_known(v, sig(sorted(ins, key=rec_key), squeeze=False)))
             cols["name"].append(v("name:" + c.name) if same_framework else -1)
             if c.kind == "api":
                 self._api_columns(c, cols, npu=npu)
@@ -223,7 +253,7 @@ class _Aligner:
         width = max(len(x) for x in cols.values())
         arrays = {k: np.array(x if x else [-1] * width, dtype=np.int64) for k, x in cols.items()}
         labels = [api_name(c) if c.kind == "api" else c.op for c in calls]
-        stats = np.array([_stats(c) for c in calls], dtype=np.float64)
+        stats = np.array([call_stats(c) for c in calls], dtype=np.float64)
         return Seq([c.name for c in calls], labels, arrays, stats, v)
 
     def _leading(self, call: Call) -> list[TensorRecord]:
@@ -249,7 +279,7 @@ class _Aligner:
         """Modules at the same path (wrappers such as ``network_with_loss.`` or ``module.``
         left out) and call pair first, whatever their class: the order of module records
         differs between dumpers (msprobe-MindSpore may write a cell before its children)."""
-        mine, theirs = _by_path(a), _by_path(b)
+        mine, theirs = by_path(a), by_path(b)
         for key, call in mine.items():
             other = theirs.get(key)
             if call is None or other is None:
@@ -290,7 +320,7 @@ class _Aligner:
                 continue
             conf = self.result.confidence[fwd]
             notes = [f"backward of the pair {fwd} -> {partner}"]
-            if _sig(c.input_tensors, squeeze=True) != _sig(theirs.input_tensors, squeeze=True):
+            if sig(c.input_tensors, squeeze=True) != sig(theirs.input_tensors, squeeze=True):
                 conf *= 0.8
                 notes.append("incoming grad shapes differ")
             why = incomparable_backward(self.npu, self.bench, c, theirs, self.amap)
@@ -317,6 +347,16 @@ def _op_overlap(sa: Seq, sb: Seq) -> tuple[np.ndarray, np.ndarray]:
     return keep_a, keep_b
 
 
+def _substituted(sa: Seq, sb: Seq, i: int, j: int) -> bool:
+    """Aligned calls of different ops with the same input and output layouts and the same
+    enclosing module (where known)."""
+    def same(col: str, unknown_ok: bool = False) -> bool:
+        x, y = int(sa.cols[col][i]), int(sb.cols[col][j])
+        return unknown_ok if x < 0 or y < 0 else x == y
+
+    return same("out") and same("inp") and same("parent", unknown_ok=True)
+
+
 def _known(vocab: Vocab, key: str) -> int:
     """A feature id; a record with no tensors (a cell msprobe-MindSpore left empty) is unknown."""
     return vocab(key) if key else -1
@@ -324,64 +364,3 @@ def _known(vocab: Vocab, key: str) -> int:
 
 def _calls(dump: Dump, kind: str, direction: str) -> list[Call]:
     return [c for c in dump.calls if c.kind == kind and c.direction == direction]
-
-
-# Leading path components that wrap a model (training cells, DDP/Float16Module, HF heads).
-_WRAPPERS = frozenset({"network_with_loss", "network", "_network", "module", "model",
-                       "_backbone", "backbone"})
-
-
-def _by_path(calls: list[Call]) -> dict[tuple[str, int], Call | None]:
-    """Module calls by (path without leading wrappers, call index); None where not unique."""
-    out: dict[tuple[str, int], Call | None] = {}
-    for c in calls:
-        parts = module_scope(c).split(".")
-        while len(parts) > 1 and parts[0] in _WRAPPERS:
-            parts = parts[1:]
-        key = (".".join(parts), c.index)
-        out[key] = None if key in out else c
-    return out
-
-
-def _depths(dump: Dump) -> dict[str, int]:
-    """Depth of each node in the construct.json parent tree (0 = top level)."""
-    parents = {c.name: c.parent for c in dump.calls}
-    out: dict[str, int] = {}
-    for name in parents:
-        depth, cur, seen = 0, parents.get(name), {name}
-        while cur is not None and cur not in seen:
-            seen.add(cur)
-            depth += 1
-            cur = parents.get(cur)
-        out[name] = depth
-    return out
-
-
-def _dclass(dtype: str) -> str:
-    if is_float_dtype(dtype):
-        return "f"
-    if dtype == "bool":
-        return "b"
-    return "c" if dtype.startswith("complex") else "i"
-
-
-def _rec_key(rec: TensorRecord) -> str:
-    return f"{rec.shape}{_dclass(rec.dtype)}"
-
-
-def _sig(records: Sequence[TensorRecord], *, squeeze: bool) -> str:
-    parts = []
-    for r in records:
-        shape = tuple(d for d in r.shape if d != 1) if squeeze else r.shape
-        parts.append(f"{shape}{_dclass(r.dtype)}")
-    return "|".join(parts)
-
-
-def _stats(call: Call) -> list[float]:
-    """(Norm, Max, Min, Mean) of the first floating output (any output if none is float)."""
-    recs = call.output_tensors
-    rec = next((r for r in recs if is_float_dtype(r.dtype)), recs[0] if recs else None)
-    if rec is None:
-        return [np.nan] * 4
-    s = rec.stats
-    return [np.nan if x is None else float(x) for x in (s.norm, s.max, s.min, s.mean)]

@@ -83,9 +83,14 @@ def _first_card(first: dict[str, Any] | None, compare: dict[str, Any]) -> str:
         return ("<p>Nodes fail, but the first divergent node was not among the items run.</p>"
                 if failing else "<p>No node misses the criteria.</p>")
     where = f"step {first['step']}, rank {first['rank']}"
-    if first.get("kind") == "between":
+    if first.get("kind") == "between" and first.get("through"):
+        what = (f"the input that differs was made by <code>{esc(first.get('through'))}</code>, "
+                "which only the NPU run records")
+    elif first.get("kind") == "between":
         what = (f"the error appeared in code the dump did not record, between "
                 f"<code>{esc(first.get('previous') or 'the start')}</code> and this node")
+    elif first.get("kind") == "parameter":
+        what = "its inputs match the bench and a parameter of its own differs"
     else:
         what = "its inputs match the bench and its outputs do not: the error appears here"
     rows = [("node", f"<code>{esc(first['npu_name'])}</code> ({where})"),

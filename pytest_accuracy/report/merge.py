@@ -163,7 +163,8 @@ def _merged_compare(parts: Sequence[Part]) -> dict[str, Any] | None:
 
 def _carry_across_shards(nodes: list[dict[str, Any]]) -> None:
     """A shard cannot see divergence in the shards before it: a node that failed there only
-    because its inputs differed ("between", no finding of its own) or because a parameter
+    because its inputs or a parameter differed ("between", "parameter", no finding of its
+    own: perhaps updated by the earlier divergence's gradients) or because a parameter
     changed after an identical step (an update, perhaps by the earlier divergence's gradients)
     carries the earlier divergence, as in one run over all shards; so does the same call
     making a local error again in a later step's shard."""
@@ -183,7 +184,8 @@ def _carry_across_shards(nodes: list[dict[str, Any]]) -> None:
                 continue
         # an update finding, too, holds only when nothing diverged earlier in the whole run
         if latest is not None and (node.get("finding") == "update" or (
-                node.get("divergence_kind") == "between" and not node.get("finding"))):
+                node.get("divergence_kind") in ("between", "parameter")
+                and not node.get("finding"))):
             node["status"], node["carried_from"] = "carried", latest
             node["first_divergence"] = False
             node["findings"] = [f for f in node.get("findings") or [] if f.get("kind") != "update"]

@@ -106,7 +106,6 @@ _MADE_BY = {
     "precision": "it computes in another precision than the bench from inputs that arrive "
                  "in the same dtypes (or from a parameter stored in another dtype).",
     "argument": "it is called with different non-tensor arguments.",
-    "module_class": "it is a module of another class than the bench's at the same place.",
     "local_error": "its outputs are further from a float64 replay of its own inputs than the "
                    "bench's are.",
     "update": "it reads a parameter that the update after an identical step changed "
@@ -117,6 +116,8 @@ _MADE_BY = {
 def _how_made(first: FirstDivergence) -> str:
     if first.finding in _MADE_BY:
         return _MADE_BY[first.finding]
+    if first.kind == "parameter":
+        return "its inputs match the bench's and a parameter of its own differs."
     if first.kind == "appears":
         return "its inputs match the bench exactly and its outputs do not."
     after = first.previous or f"the start of step {first.step}"
