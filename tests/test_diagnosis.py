@@ -17,10 +17,28 @@ def run(pytester: pytest.Pytester, npu: Path, bench: Path, *args: str) -> pytest
 
 
 def _scale(root: Path, step: int, name: str, factor: float) -> None:
-    """Scale one recorded tensor file of a copied MindSpore dump (its .npy data)."""
-    path = next((root / f"step{step}").iterdir()) / "dump_tensor_data" / f"{name}.npy"
+    """Scale one recorded tensor file of a copied MindSpore dump (its .npy data) and its
+    record's statistics, as the run that made it would have recorded them."""
+    rank = next((root / f"step{step}").iterdir())
+    path = rank / "dump_tensor_data" / f"{name}.npy"
     data = np.load(path)
-    np.save(path, (data.astype(np.float64) * factor).astype(data.dtype))
+    scaled = (data.astype(np.float64) * factor).astype(data.dtype)
+    np.save(path, scaled)
+    doc = json.loads((rank / "dump.json").read_text())
+    _restat(doc, path.name, scaled.astype(np.float64))
+    (rank / "dump.json").write_text(json.dumps(doc))
+
+
+def _restat(value: object, data_name: str, data: np.ndarray) -> None:
+    if isinstance(value, list):
+        for item in value:
+            _restat(item, data_name, data)
+    elif isinstance(value, dict):
+        if value.get("data_name") == data_name:
+            value.update(Max=float(data.max()), Min=float(data.min()),
+                         Mean=float(data.mean()), Norm=float(np.linalg.norm(data)))
+        for item in value.values():
+            _restat(item, data_name, data)
 
 
 def test_local_error_inside_the_band_is_found(pytester: pytest.Pytester, copy_dump) -> None:  # type: ignore[no-untyped-def]
@@ -49,10 +67,12 @@ def test_twins_hold_the_next_step_to_rounding_and_blame_the_update(
         _scale(npu, 1, f"Functional.gather.0.forward.{tensor}", 1 + 2e-6)
     result = run(pytester, npu, dump("ms_fp32", "L1_tensor"))
     assert result.ret == 1
+    # the table's statistics moved with it, as msprobe records them: the update finding
     result.stdout.fnmatch_lines([
-        "First divergence between the start of step 1 and Functional.gather.0.forward (step 1, "
-        "rank 0): the error entered through its inputs from code the dump did not record; "
-        "output.0: relative error 2e-06 (up to 2.38419e-07 allowed)*Step 0 was identical between "
+        "First divergence: Functional.gather.0.forward (step 1, rank 0), output.0: input.0 "
+        "differs from the bench's although step 0 was identical: the update between step 0 and "
+        "step 1 changed it differently; relative error 2e-06 (up to 2.38419e-07 allowed)*"
+        "Step 0 was identical between "
         "the runs (same weights, data and deterministic kernels), so the difference was made by "
         "the update between step 0 and step 1: compare the optimizer settings (lr, betas, eps, "
         "weight decay and the parameters it applies to), gradient clipping and loss scaling.*"])

@@ -131,6 +131,13 @@ def less_precise(a: str, b: str) -> str:
 class Judgement:
     ok: bool
     detail: str  # why it failed, in assert_close style; empty when ok
+    # False when nothing was compared (no statistics, no finite value): never evidence of a
+    # pass; ``detail`` then says why
+    checked: bool = True
+
+
+def unchecked(why: str) -> Judgement:
+    return Judgement(True, why, checked=False)
 
 
 def judge_tensor(m: TensorMetrics, dtype: str, tol: Tolerance) -> Judgement:
@@ -145,6 +152,9 @@ def judge_tensor(m: TensorMetrics, dtype: str, tol: Tolerance) -> Judgement:
             f"NaN/Inf at different positions (NPU {m.nonfinite_npu}, "
             f"bench {m.nonfinite_bench} non-finite elements)",
         )
+    if m.status == "no_finite":
+        return unchecked(f"no finite value to compare: all {m.nonfinite_npu} elements are "
+                         "NaN/Inf on both sides, at the same positions")
     if dtype not in FLOAT_EPS:
         ok = m.max_abs_err == 0
         return Judgement(ok, "" if ok else f"{dtype} values differ (max abs err {m.max_abs_err:g})")
@@ -161,7 +171,9 @@ def judge_stats(m: StatsMetrics, dtype: str, tol: Tolerance) -> Judgement:
     if m.nonfinite_npu != m.nonfinite_bench:
         return Judgement(False, "NaN/Inf in the statistics of one side only")
     if m.status != "ok":
-        return Judgement(True, "")
+        return unchecked("no statistic recorded on both sides (Max, Min, Mean, Norm)")
+    if m.finite_pairs == 0:
+        return unchecked("no finite statistic on both sides: every recorded value is NaN/Inf")
     if dtype not in FLOAT_EPS:
         ok = (m.max_diff or 0) == 0 and (m.min_diff or 0) == 0
         return Judgement(ok, "" if ok else f"{dtype} max/min differ")

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
+import numpy as np
+
 from pytest_accuracy.compare.criteria import (
     CompareCriteria,
+    Judgement,
     judge_md5,
     judge_stats,
     judge_tensor,
@@ -11,7 +17,12 @@ from pytest_accuracy.compare.criteria import (
 )
 from pytest_accuracy.compare.metrics import stats_metrics, tensor_metrics
 from pytest_accuracy.compare.results import NodeResult, TensorComparison
-from pytest_accuracy.dumps.model import Call, TensorRecord, is_float_dtype
+from pytest_accuracy.dumps.model import FLOAT_EPS, Call, TensorRecord, is_float_dtype
+from pytest_accuracy.errors import AccuracyInputError
+
+# A recorded Norm and the norm of the file's values, both of the same tensor, differ by the
+# rounding of two summations (msprobe sums in the tensor's dtype or float32): this many eps.
+_NORM_SLACK = 64.0
 
 
 def outputs_diverge_in_metadata(
@@ -49,6 +60,10 @@ def settle(result: NodeResult) -> None:
         result.status, result.reason = "skip", "no tensor outputs to compare"
     elif result.failing_outputs:
         result.status = "fail"
+    elif not any(t.judgement.checked for t in result.outputs):
+        # no pass without evidence: a node whose outputs had nothing comparable is not checked
+        why = "; ".join(sorted({f"{t.path}: {t.judgement.detail}" for t in result.outputs}))
+        result.status, result.reason = "skip", f"nothing compared ({why})"
     else:
         result.status = "pass"
 
@@ -77,11 +92,23 @@ def compare_tensor(
 ) -> TensorComparison:
     """Compare one tensor pair with the best evidence both sides have."""
     tol = criteria.tolerance(dtype)
+    kinds = _dtype_kind(npu.dtype), _dtype_kind(bench.dtype)
+    if kinds[0] != kinds[1]:  # integers where the bench has floats: another computation
+        judged = Judgement(False, f"dtype differs: npu {npu.dtype} vs bench {bench.dtype}")
+        return TensorComparison(npu.path, npu, bench, dtype, judged, None, "metadata")
     if npu.has_data and bench.has_data:
-        metrics = tensor_metrics(npu.load(), bench.load())
+        arrays = _loaded(npu), _loaded(bench)
+        metrics = tensor_metrics(*arrays)
+        _check_norm(npu, metrics.norm_npu)
+        _check_norm(bench, metrics.norm_bench)
         judged = judge_tensor(metrics, dtype, tol)
         return TensorComparison(npu.path, npu, bench, dtype, judged, metrics, "tensor")
+    if _squeezed(npu.shape) != _squeezed(bench.shape):  # statistics and md5 carry no shape
+        judged = Judgement(False, f"shape differs: npu {list(npu.shape)} vs bench "
+                           f"{list(bench.shape)}")
+        return TensorComparison(npu.path, npu, bench, dtype, judged, None, "metadata")
     if npu.md5 is not None and bench.md5 is not None:
+        _check_md5_agrees(npu, bench)
         return TensorComparison(
             npu.path, npu, bench, dtype, judge_md5(npu.md5, bench.md5), None, "md5"
         )
@@ -89,3 +116,58 @@ def compare_tensor(
     return TensorComparison(
         npu.path, npu, bench, dtype, judge_stats(stats, dtype, tol), stats, "statistics"
     )
+
+
+def _dtype_kind(dtype: str) -> str:
+    if is_float_dtype(dtype):
+        return "float"
+    return "complex" if dtype.startswith("complex") else "bool" if dtype == "bool" else "int"
+
+
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(d for d in shape if d != 1)
+
+
+def _loaded(record: TensorRecord) -> np.ndarray:
+    """The record's data, refused when the file holds another kind of number than the
+    record says (complex values under a float32 record would be compared as reals)."""
+    array = record.load()
+    if (array.dtype.kind == "c") != (_dtype_kind(record.dtype) == "complex"):
+        raise AccuracyInputError(_data_path(record), f"holds {array.dtype} values where its "
+                                 f"dump.json record says {record.dtype}")
+    return array
+
+
+def _check_norm(record: TensorRecord, norm: float | None) -> None:
+    """A tensor file whose values contradict its own record's Norm was not written by that
+    run (or was changed since): an input error, never a comparison of someone else's data."""
+    recorded = record.stats.norm
+    if norm is None or recorded is None or not math.isfinite(recorded) or record.stats.max is None:
+        return
+    if not math.isfinite(record.stats.max) or not math.isfinite(record.stats.min or 0.0):
+        return  # NaN/Inf: the norm of the finite values is not the recorded one
+    eps = FLOAT_EPS.get(record.dtype, 0.0)
+    if abs(norm - recorded) > max(_NORM_SLACK * max(eps, 1e-7) * recorded, 1e-30):
+        raise AccuracyInputError(_data_path(record), f"holds data whose norm {norm:.6g} "
+                                 f"contradicts its dump.json record ({record.path} Norm "
+                                 f"{recorded:.6g}): the file is not what that run dumped")
+
+
+def _check_md5_agrees(npu: TensorRecord, bench: TensorRecord) -> None:
+    if npu.md5 != bench.md5 or not _stats_known(npu) or not _stats_known(bench):
+        return
+    if (npu.stats.max, npu.stats.min, npu.stats.norm) != (bench.stats.max, bench.stats.min,
+                                                          bench.stats.norm):
+        raise AccuracyInputError(npu.dump_json or Path("dump.json"), f"{npu.path}: md5 "
+                                 f"{npu.md5} equals the bench's while the statistics of the "
+                                 "same records differ: one of the dumps contradicts itself")
+
+
+def _stats_known(record: TensorRecord) -> bool:
+    values = (record.stats.max, record.stats.min, record.stats.norm)
+    return all(v is not None and math.isfinite(v) for v in values)
+
+
+def _data_path(record: TensorRecord) -> Path:
+    return (record.data_root / record.data_name if record.data_root and record.data_name
+            else record.dump_json or Path("dump.json"))

@@ -30,7 +30,7 @@ _TINY = 2.2e-16
 class TensorMetrics:
     """Element-wise comparison of one NPU tensor with its bench counterpart."""
 
-    status: str  # ok | empty | shape_mismatch | nonfinite_mismatch
+    status: str  # ok | empty | shape_mismatch | nonfinite_mismatch | no_finite
     cosine: float | None = None
     euc_dist: float | None = None
     max_abs_err: float | None = None
@@ -38,6 +38,8 @@ class TensorMetrics:
     one_thousandth_err_ratio: float | None = None
     five_thousandths_err_ratio: float | None = None
     rel_l2_err: float | None = None  # ||n - b|| / ||b||: scale-free, robust to near-zero elements
+    norm_npu: float | None = None  # L2 norms of the finite values, to check each record's Norm
+    norm_bench: float | None = None
     worst_index: tuple[int, ...] | None = None
     nonfinite_npu: int = 0
     nonfinite_bench: int = 0
@@ -74,6 +76,8 @@ def _result(
         worst_index=tuple(int(i) for i in np.unravel_index(f.worst, shape)),
         nonfinite_npu=counts[0],
         nonfinite_bench=counts[1],
+        norm_npu=norm_n,
+        norm_bench=norm_b,
     )
 
 
@@ -86,6 +90,8 @@ def _with_nonfinite(n: np.ndarray, b: np.ndarray, shape: tuple[int, ...]) -> Ten
         return TensorMetrics(
             "nonfinite_mismatch", nonfinite_npu=counts[0], nonfinite_bench=counts[1]
         )
+    if counts[0] == n.size:  # NaN/Inf in every place on both sides: nothing to compare
+        return TensorMetrics("no_finite", nonfinite_npu=counts[0], nonfinite_bench=counts[1])
     folded = fold(np.where(n_bad, 0.0, n), np.where(b_bad, 0.0, b))
     assert folded is not None  # every NaN/Inf was zeroed
     return _result(folded, shape, n.size, counts)
@@ -109,6 +115,7 @@ class StatsMetrics:
     """
 
     status: str  # ok | missing_stats
+    finite_pairs: int = 0  # statistics recorded finite on both sides
     max_diff: float | None = None
     min_diff: float | None = None
     mean_diff: float | None = None
@@ -129,15 +136,18 @@ def stats_metrics(npu: Stats, bench: Stats) -> StatsMetrics:
         "nonfinite_npu": sum(v is not None and not math.isfinite(v) for v, _ in pairs.values()),
         "nonfinite_bench": sum(v is not None and not math.isfinite(v) for _, v in pairs.values()),
     }
-    if pairs["max"][0] is None or pairs["max"][1] is None:
+    if all(a is None or b is None for a, b in pairs.values()):
         return StatsMetrics(status="missing_stats", **nonfinite)
+    finite = sum(a is not None and b is not None and math.isfinite(a) and math.isfinite(b)
+                 for a, b in pairs.values())
     diffs = {k: _stat_diff(a, b) for k, (a, b) in pairs.items()}
     rels = {k: _rel(d, pairs[k][1]) for k, d in diffs.items()}
     # the range that scales Max/Min/Mean: the finite ends only (a masked -inf Min must not
-    # make every other difference relative to infinity)
+    # make every other difference relative to infinity); without ends, the mean's size
     ends = [abs(v) for v in (pairs["max"][1], pairs["min"][1]) if v is not None
             and math.isfinite(v)]
-    scale = max(ends, default=0.0)
+    mean = pairs["mean"][1]
+    scale = max(ends, default=abs(mean) if mean is not None and math.isfinite(mean) else 0.0)
     ranged = [abs(d) for k, d in diffs.items() if k != "norm" and d is not None]
     range_rel = _rel(max(ranged), scale) if ranged else None
     return StatsMetrics(
@@ -151,6 +161,7 @@ def stats_metrics(npu: Stats, bench: Stats) -> StatsMetrics:
         mean_relative_err=rels["mean"],
         norm_relative_err=rels["norm"],
         range_rel_err=range_rel,
+        finite_pairs=finite,
         **nonfinite,
     )
 

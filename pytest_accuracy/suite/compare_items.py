@@ -27,9 +27,15 @@ class CompareGroup(AccuracyGroup):
     def collect(self) -> Iterator[pytest.Item]:
         cmp = self.config.stash[STATE_KEY].comparison  # input errors become collection errors
         scopes = setting(self.config, "scope") or []
-        for i, (dump, call) in enumerate(cmp.entries):
-            if scopes and not any(fnmatch.fnmatchcase(call.name, s) for s in scopes):
-                continue
+        chosen = [i for i, (_, call) in enumerate(cmp.entries)
+                  if not scopes or any(fnmatch.fnmatchcase(call.name, s) for s in scopes)]
+        if scopes and not chosen:  # a selection that checks nothing must not pass
+            example = cmp.entries[0][1].name if cmp.entries else "none"
+            raise pytest.UsageError(escape_controls(
+                f"--acc-scope {', '.join(map(repr, scopes))} matches none of the "
+                f"{len(cmp.entries)} NPU nodes (names look like {example!r})"))
+        for i in chosen:
+            dump, call = cmp.entries[i]
             name = escape_controls(f"{dump.step}/{dump.rank}/{call.name}")
             yield CompareItem.from_parent(self, name=name, index=i)
         yield CoverageItem.from_parent(self, name="coverage")

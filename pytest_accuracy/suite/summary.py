@@ -130,14 +130,17 @@ class AccuracyResults:
         checked = self.outcomes.get("passed", 0) + self.outcomes.get("failed", 0)
         return "pass" if exitstatus == 0 and checked > 0 else "fail"
 
+    @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         config = session.config
         if hasattr(config, "workerinput"):
             return  # only the controller writes the one document
         settle_nodes(self.nodes, self.first)
-        if any(n["status"] == "carried" for n in self.nodes) and session.exitstatus == 0:
-            # carried nodes are xfailed; the divergence they carry must still fail the run
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        why = run_failure(self.nodes) if session.exitstatus == 0 else None
+        if why is not None:
+            # carried nodes are xfailed and skipped ones are not checked: the run still fails,
+            # as one failed report that the terminal, JUnit and the exit code all count
+            _log_verdict_failure(session, why)
             exitstatus = int(session.exitstatus)
         _sort_failures(config)
         json_path = config.getoption("acc_json") or config.getini("acc_json")
@@ -201,9 +204,42 @@ def _order(node: dict[str, Any]) -> tuple[int, int, int]:
     return (node["step"], node["rank"], node.get("order", 0))
 
 
+def run_failure(nodes: list[dict[str, Any]]) -> str | None:
+    """Why a run whose items all passed, xfailed or skipped still fails, else None."""
+    carried = [n for n in nodes if n["status"] == "carried"]
+    if carried:
+        return (f"{len(carried)} compared nodes carry a divergence whose cause was not among "
+                f"the items run (the first is carried from {carried[0]['carried_from']}): run "
+                "the cause too, or waive it with known_divergence.")
+    checked = [n for n in nodes if n["status"] in ("pass", "fail", "waived")]
+    if nodes and not checked:
+        reasons = sorted({str(n.get("reason") or n["status"]).splitlines()[0] for n in nodes})
+        return (f"Nothing was checked: all {len(nodes)} compared nodes were skipped "
+                f"({'; '.join(reasons[:3])}{' ...' if len(reasons) > 3 else ''}).")
+    return None
+
+
+def _log_verdict_failure(session: pytest.Session, why: str) -> None:
+    from _pytest.reports import TestReport
+
+    nodeid = "accuracy::compare::verdict"
+    report = TestReport(nodeid, ("accuracy", None, nodeid), {}, "failed",
+                        escape_controls(why), "call")
+    session.config.hook.pytest_runtest_logreport(report=report)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def settle_nodes(nodes: list[dict[str, Any]], first: dict[str, Any] | None) -> None:
     """Where all records meet: mark the first divergence, and name for each carried node the
-    latest node before it that made an error of its own (workers only knew their share)."""
+    latest node before it that made an error of its own (workers only knew their share); a
+    node that carries a divergence waived as known is waived with it."""
+    waived = {n["npu_name"]: n["npu_name"] for n in nodes if n["status"] == "waived"}
+    for node in sorted(nodes, key=_order):  # a carrier's own carriers come after it
+        source = str(node.get("carried_from") or "").split(" (step ")[0]
+        if node["status"] == "carried" and source in waived:
+            waived[node["npu_name"]] = waived[source]
+            node["status"] = "waived"
+            node["reason"] = f"carries {waived[source]}, waived as a known divergence"
     latest: str | None = None
     for node in sorted(nodes, key=_order):
         own = node["status"] == "fail" and node.get("first_divergence")
@@ -234,6 +270,9 @@ def compare_verdict_lines(nodes: list[dict[str, Any]], first: dict[str, Any] | N
         lines.append(f"{repeats} {'node repeats' if repeats == 1 else 'nodes repeat'} an earlier "
                      "failure's cause (xfailed: the same finding, or the same call's own error in "
                      "a later step; one cause fails once).")
+    if count["waived"]:
+        lines.append(f"{count['waived']} {'node is' if count['waived'] == 1 else 'nodes are'} "
+                     "waived as known divergences (with the nodes that carry them).")
     if first:
         lines.append(_first_sentence(first))
     elif count["fail"]:

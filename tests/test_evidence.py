@@ -1,0 +1,159 @@
+"""No pass without evidence: a node passes only when something was compared, and a run whose
+verdict fails shows it the same way on the terminal, in JUnit and in the exit code."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.helpers import dump
+
+Mutate = Callable[[dict[str, Any]], None]
+
+
+def _outputs(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [(name, out) for name, node in doc["data"].items()
+            for out in node.get("output") or [] if isinstance(out, dict) and "dtype" in out]
+
+
+def _edit(root: Path, change: Mutate) -> None:
+    """Apply ``change`` to every step's dump.json."""
+    for path in sorted(root.glob("step*/*/dump.json")):
+        doc = json.loads(path.read_text())
+        change(doc)
+        path.write_text(json.dumps(doc))
+
+
+def _run(pytester: pytest.Pytester, npu: Path, bench: Path, *args: str
+         ) -> tuple[pytest.RunResult, dict[str, Any]]:
+    out = pytester.path / "acc.json"
+    result = pytester.runpytest(f"--acc-npu={npu}", f"--acc-bench={bench}", f"--acc-json={out}",
+                                "-p", "no:cacheprovider", "-rfs", *args)
+    return result, json.loads(out.read_text()) if out.is_file() else {}
+
+
+def _statuses(doc: dict[str, Any]) -> dict[str, str]:
+    return {n["npu_name"]: n["status"] for n in doc["compare"]["nodes"]}
+
+
+def _null_stats(doc: dict[str, Any]) -> None:
+    for _, out in _outputs(doc):
+        out.update(Max=None, Min=None, Mean=None, Norm=None)
+
+
+def test_a_node_with_no_statistics_is_not_checked(pytester: pytest.Pytester, copy_dump) -> None:  # type: ignore[no-untyped-def]
+    npu = copy_dump("pt_fp32", "mix_statistics")
+    _edit(npu, _null_stats)
+    result, doc = _run(pytester, npu, dump("pt_fp32", "mix_statistics"))
+    node = next(n for n in doc["compare"]["nodes"] if n["npu_name"] == "Torch.rsqrt.0.forward")
+    assert node["status"] == "skip"
+    assert "nothing compared (output.0: no statistic recorded on both sides" in node["reason"]
+    assert result.parseoutcomes()["skipped"] > 100
+
+
+def test_a_run_that_checked_nothing_fails(pytester: pytest.Pytester, copy_dump) -> None:  # type: ignore[no-untyped-def]
+    npu = copy_dump("pt_fp32", "mix_statistics")
+    _edit(npu, _null_stats)
+    result, doc = _run(pytester, npu, dump("pt_fp32", "mix_statistics"),
+                       "--acc-scope=Torch.rsqrt.*.forward", "-k", "compare and not local_norm")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*Nothing was checked: all * compared nodes were skipped*"])
+    assert result.parseoutcomes()["failed"] == 1  # the verdict, counted like any failure
+    assert doc["verdict"] == "fail"
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    # Max missing while Mean and Norm are 100x off: what is recorded is compared
+    (lambda out: out.pop("Max") and out.update(Mean=out["Mean"] * 100, Norm=out["Norm"] * 100),
+     "Norm relative error 99"),
+    (lambda out: out.update(shape=[*out["shape"][:-1], out["shape"][-1] * 2]),
+     "shape differs: npu [2, 8, 192] vs bench [2, 8, 96]"),
+    (lambda out: out.update(dtype="torch.int64"), "dtype differs: npu int64 vs bench float32"),
+])
+def test_what_statistics_do_say_is_judged(pytester: pytest.Pytester, copy_dump,  # type: ignore[no-untyped-def]
+                                          change: Callable[[dict[str, Any]], Any],
+                                          reason: str) -> None:
+    npu = copy_dump("pt_fp32", "mix_statistics")
+    _edit(npu, lambda doc: change(doc["data"]["Functional.linear.0.forward"]["output"][0]))
+    result, doc = _run(pytester, npu, dump("pt_fp32", "mix_statistics"))
+    assert result.ret == 1
+    first = doc["compare"]["first_divergence"]
+    assert first["npu_name"] == "Functional.linear.0.forward"
+    assert reason in first["reason"]
+
+
+def test_a_selection_that_matches_nothing_is_refused(pytester: pytest.Pytester) -> None:
+    result, _ = _run(pytester, dump("pt_fp32", "mix_statistics"), dump("pt_fp32", "mix_statistics"),
+                     "--acc-scope=Nope.*")
+    assert result.ret != 0
+    assert re.search(r"--acc-scope 'Nope\.\*' matches none of the \d+ NPU nodes",
+                     result.stdout.str() + result.stderr.str())
+
+
+def test_carried_nodes_whose_cause_was_not_run_fail_in_junit(pytester: pytest.Pytester) -> None:
+    junit = pytester.path / "junit.xml"
+    result, doc = _run(pytester, dump("pt_bug", "L1_tensor"), dump("pt_fp32", "L1_tensor"),
+                       f"--junitxml={junit}", "--deselect",
+                       "accuracy::compare::0/0/Tensor.__add__.5.forward", "-k",
+                       "not local_norm and not gradient_steps")
+    assert result.ret == 1
+    xml = junit.read_text()
+    assert re.search(r'failures="1"', xml) and 'name="verdict"' in xml
+    result.stdout.fnmatch_lines(["*compared nodes carry a divergence whose cause was not among*",
+                                 "FAILED accuracy::compare::verdict*"])
+    assert doc["verdict"] == "fail"
+
+
+def test_a_known_divergence_takes_its_carried_nodes_with_it(pytester: pytest.Pytester) -> None:
+    waivers = pytester.path / "waivers.yaml"
+    waivers.write_text("waivers:\n- pattern: Tensor.__add__.5.forward\n  reason: eps, JIRA-1\n"
+                       "  known_divergence: true\n")
+    result, doc = _run(pytester, dump("pt_bug", "L1_tensor"), dump("pt_fp32", "L1_tensor"),
+                       f"--acc-waivers={waivers}", "-k", "not local_norm and not gradient_steps")
+    assert result.ret == 0, result.stdout.str()
+    statuses = _statuses(doc)
+    assert statuses["Tensor.__add__.5.forward"] == "waived"
+    assert statuses["Torch.rsqrt.2.forward"] == "waived"  # carried it: waived with it
+    assert "carried" not in statuses.values()
+
+
+def test_md5_equal_while_statistics_differ_is_an_input_error(pytester: pytest.Pytester,  # type: ignore[no-untyped-def]
+                                                            copy_dump) -> None:
+    npu = copy_dump("pt_fp32", "L1_md5")
+    _edit(npu, lambda doc: doc["data"]["Torch.rsqrt.0.forward"]["output"][0].update(Max=123.0))
+    result, doc = _run(pytester, npu, dump("pt_fp32", "L1_md5"))
+    assert result.ret == 1
+    node = next(n for n in doc["compare"]["nodes"] if n["npu_name"] == "Torch.rsqrt.0.forward")
+    assert node["status"] == "error"
+    assert "equals the bench's while the statistics of the same records differ" in node["reason"]
+
+
+def test_a_tensor_file_that_contradicts_its_record_is_an_input_error(  # type: ignore[no-untyped-def]
+        pytester: pytest.Pytester, copy_dump) -> None:
+    npu = copy_dump("ms_fp32", "L1_tensor")
+    data = next(npu.rglob("Mint.rsqrt.0.forward.output.0.npy"))
+    np.save(data, np.load(data) * np.float32(1.5))  # the record still says the old values
+    result, doc = _run(pytester, npu, dump("ms_fp32", "L1_tensor"))
+    assert result.ret == 1
+    node = next(n for n in doc["compare"]["nodes"] if n["npu_name"] == "Mint.rsqrt.0.forward")
+    assert node["status"] == "error"
+    assert "Mint.rsqrt.0.forward.output.0.npy" in node["reason"]
+    assert "contradicts its dump.json record (output.0 Norm" in node["reason"]
+
+
+def test_complex_values_under_a_float_record_are_an_input_error(  # type: ignore[no-untyped-def]
+        pytester: pytest.Pytester, copy_dump) -> None:
+    npu = copy_dump("ms_fp32", "L1_tensor")
+    data = next(npu.rglob("Mint.rsqrt.0.forward.output.0.npy"))
+    np.save(data, np.load(data).astype(np.complex64))
+    result, doc = _run(pytester, npu, dump("ms_fp32", "L1_tensor"))
+    assert result.ret == 1
+    node = next(n for n in doc["compare"]["nodes"] if n["npu_name"] == "Mint.rsqrt.0.forward")
+    assert node["status"] == "error"
+    assert "holds complex64 values where its dump.json record says float32" in node["reason"]
