@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Literal
 
@@ -117,7 +118,10 @@ def parse_value(option: Option, value: Any, source: str) -> Any:
     text = str(value).strip()
     try:
         if option.kind == "float":
-            return float(text)
+            number = float(text)
+            if not math.isfinite(number):  # nan compares false with everything: passes all
+                raise ValueError(text)
+            return number
         if option.kind == "int":
             return int(text)
         if option.kind == "int_set":

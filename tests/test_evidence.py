@@ -157,3 +157,24 @@ def test_complex_values_under_a_float_record_are_an_input_error(  # type: ignore
     node = next(n for n in doc["compare"]["nodes"] if n["npu_name"] == "Mint.rsqrt.0.forward")
     assert node["status"] == "error"
     assert "holds complex64 values where its dump.json record says float32" in node["reason"]
+
+
+def test_a_npu_rank_without_a_bench_rank_fails(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    import shutil
+
+    golden = Path(__file__).parent / "data" / "multirank" / "golden_tp2dp2"
+    bench = tmp_path / "bench"
+    shutil.copytree(golden, bench)
+    for rank in bench.glob("step*/rank3"):
+        shutil.rmtree(rank)
+    result, _ = _run(pytester, golden, bench, "-k", "coverage")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*NPU step/rank dump(s) have no bench counterpart (step 0 "
+                                 "rank 3*): their nodes were not checked.*"])
+
+
+def test_a_minimum_of_nan_is_refused(pytester: pytest.Pytester) -> None:
+    result, _ = _run(pytester, dump("pt_fp32", "mix_statistics"),
+                     dump("pt_fp32", "mix_statistics"), "--acc-min-matched=nan")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--acc-min-matched: expected a number, e.g. 0.01, got 'nan'" in result.stderr.str()

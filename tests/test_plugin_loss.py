@@ -132,3 +132,18 @@ def test_local_norms_without_common_names_skip_not_pass(pytester: pytest.Pyteste
     result.stdout.fnmatch_lines(["*1 skipped*"])
     result.stdout.fnmatch_lines(["*no parameter with a local norm in both logs at step 1 "
                                  "(NPU names like ?'npu.lm_head.weight'*"])
+
+
+def test_logs_sharing_too_few_steps_are_refused(pytester: pytest.Pytester) -> None:
+    """A verdict on 1 of 300 steps is no verdict: the overlap is required and its steps said."""
+    lines = (LOGS / "megatron_bench_a.log").read_text().splitlines()
+    shifted = pytester.path / "npu_shifted.log"  # the same lines renumbered 300..599
+    shifted.write_text("\n".join(
+        line.replace(f"iteration {n:>8}/", f"iteration {n + 299:>8}/")
+        for n, line in enumerate(lines, start=1)) + "\n")
+    result = pytester.runpytest(f"--acc-npu-log={shifted}", BENCH[0], "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["unreadable input: *npu_shifted.log: shares only 1 of 300 steps "
+                                 "with *megatron_bench_a.log (steps 300; NPU logged steps "
+                                 "300..599, bench logged steps 1..300): at least 50% of the "
+                                 "shorter log's steps must be in both*"])

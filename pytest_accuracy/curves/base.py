@@ -80,12 +80,21 @@ def pair(
     if criteria.steps is not None:
         lo, hi = criteria.steps
         common = common[(common >= lo) & (common <= hi)]
+    window = f" in steps {criteria.steps[0]}..{criteria.steps[1]}" if criteria.steps else ""
     if not len(common):
-        window = f" in steps {criteria.steps[0]}..{criteria.steps[1]}" if criteria.steps else ""
         raise AccuracyInputError(
             npu.path,
             f"no steps in common with {bench.path}{window} "
             f"(NPU logged {_span(npu)}, bench logged {_span(bench)})",
+        )
+    shorter = min(_count(npu, criteria), _count(bench, criteria))
+    if len(common) < MIN_OVERLAP * shorter:  # a verdict on 1 of 300 steps is no verdict
+        raise AccuracyInputError(
+            npu.path,
+            f"shares only {len(common)} of {shorter} steps with {bench.path}{window} (steps "
+            f"{_listed(common)}; NPU logged {_span(npu)}, bench logged {_span(bench)}): at "
+            f"least {MIN_OVERLAP:.0%} of the shorter log's steps must be in both; give logs of "
+            "the same steps, or a window both cover (--acc-loss-steps)",
         )
     a, b = npu.frame.loc[common], bench.frame.loc[common]
     x, y = _col(a, column), _col(b, column)
@@ -104,6 +113,22 @@ def pair(
         for t, v, ok in zip(steps, y, bench_ok, strict=True) if ok and int(t) in flagged
     ) if flagged else ()
     return Paired(steps[keep], x[keep], y[keep], int(bad.sum()), culprits)
+
+
+# Share of the shorter log's steps (in the window) that both logs must have.
+MIN_OVERLAP = 0.5
+
+
+def _count(table: LogTable, criteria: LossCriteria) -> int:
+    index = table.frame.index
+    if criteria.steps is not None:
+        index = index[(index >= criteria.steps[0]) & (index <= criteria.steps[1])]
+    return len(index)
+
+
+def _listed(steps: pd.Index) -> str:
+    shown = ", ".join(str(int(t)) for t in steps[:5])
+    return shown + (f" ... ({len(steps)} in all)" if len(steps) > 5 else "")
 
 
 def nonfinite_failure(name: str, what: str, p: Paired) -> CheckResult | None:

@@ -161,6 +161,14 @@ class CoverageItem(AccuracyItem):
                 f"Nothing was compared: none of the {matched} matched NPU nodes has a tensor "
                 "output that the bench also recorded, so no accuracy was checked.",
                 f"NPU dump {cmp.npu.root}, bench dump {cmp.bench.root}."])
+        missing = sorted(set(cmp.npu.keys()) - set(cmp.bench.keys()))
+        if missing:  # the merge of shards fails on it: so does one run
+            where = ", ".join(f"step {s} rank {r}" for s, r in missing[:5])
+            raise AccuracyError([
+                f"{len(missing)} NPU step/rank dump(s) have no bench counterpart ({where}"
+                f"{' ...' if len(missing) > 5 else ''}): their nodes were not checked.",
+                "Give the bench run's dumps of the same steps and ranks, or select the ones "
+                "both runs have (--acc-steps-select, --acc-ranks)."])
         if share < need:
             raise AccuracyError([
                 f"Only {matched} of {total} NPU nodes ({share:.1%}) found a bench counterpart "
