@@ -60,6 +60,21 @@ LIMITS: dict[str, Limit] = {
         "bytes one precheck replay may allocate: inputs, reference and torch run",
     ),
     "pickle_bytes": Limit("ACC_MAX_PICKLE_BYTES", 1 << 20, "bytes of a .pt file's data.pkl"),
+    "log_line_bytes": Limit(
+        "ACC_MAX_LOG_LINE_BYTES", 1 << 20, "bytes of one line of a training log"
+    ),
+    "document_depth": Limit(
+        "ACC_MAX_DOCUMENT_DEPTH", 64, "nesting depth of a merged --acc-json part"
+    ),
+    "merge_shards": Limit(
+        "ACC_MAX_MERGE_SHARDS", 1_000_000, "steps x ranks a merge checks for missing shards"
+    ),
+    "mapping_rules": Limit(
+        "ACC_MAX_MAPPING_RULES", 10_000, "entries of a mapping YAML file"
+    ),
+    "mapping_name_chars": Limit(
+        "ACC_MAX_MAPPING_NAME_CHARS", 4096, "characters of a node name after renaming rules"
+    ),
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Generator
+from typing import Any
 
 import pytest
 
@@ -53,6 +54,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.addinivalue_line("markers", MARKER_HELP)
     given = validate_options(config)
+    _check_outputs(config, setting)
     config.stash[SELECTED_KEY] = _take_node_ids(config)
     if not given and not config.stash[SELECTED_KEY]:
         return  # nothing to compare, report or write: the suite and its summary stay unloaded
@@ -73,6 +75,24 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(ReadAhead(config), "accuracy-readahead")
     config.pluginmanager.register(LightProtocol(config), "accuracy-protocol")
     config.pluginmanager.register(HeapSettings(config), "accuracy-heap")
+
+
+def _check_outputs(config: pytest.Config, setting: Any) -> None:
+    """An output that cannot be written (its folder is a file) is a usage error now, not a
+    traceback when the session ends."""
+    given = [(name, folder, value) for name, folder in (
+        ("json", False), ("report", True), ("write_golden", False))
+        if (value := setting(config, name))]
+    if not given:
+        return  # a plain run imports nothing more
+    from pytest_accuracy.safe_io import AccuracyOutputError, check_output
+
+    for name, folder, value in given:
+        if value:
+            try:
+                check_output(str(value), folder=folder)
+            except AccuracyOutputError as exc:
+                raise pytest.UsageError(f"--acc-{name.replace('_', '-')}: {exc}") from None
 
 
 def _take_node_ids(config: pytest.Config) -> list[str]:

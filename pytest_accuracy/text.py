@@ -7,10 +7,14 @@ import reprlib
 
 from pytest_accuracy.limits import limit
 
-__all__ = ["brief", "escape_controls", "printable"]
+__all__ = ["brief", "escape_controls", "escape_line", "printable"]
 
-# C0/C1 controls (ESC starts terminal escape sequences), DEL, and the Unicode bidi overrides.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0/C1 controls (ESC starts terminal escape sequences), DEL, the Unicode bidi overrides, and
+# lone surrogates (JSON can hold them; printing or encoding one as UTF-8 raises).
+_CONTROL = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# The same and newline and tab: for one line, where a name's newline would fake another line.
+_LINE_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 _REPR = reprlib.Repr()
 _REPR.maxstring = 80
 _REPR.maxother = 80
@@ -24,6 +28,11 @@ def escape_controls(text: object) -> str:
     escape sequence could rewrite the terminal (hide a failure line, fake a PASSED).
     """
     return _CONTROL.sub(_escape, str(text))
+
+
+def escape_line(text: object) -> str:
+    """``escape_controls`` that also escapes newline and tab: ``text`` stays one line."""
+    return _LINE_CONTROL.sub(_escape, str(text))
 
 
 def _escape(m: re.Match[str]) -> str:

@@ -197,12 +197,13 @@ def load_waivers(path: str | Path) -> tuple[Waiver, ...]:
     """Read a waivers yaml: a list of {pattern, reason, known_divergence?, rel_err?, ...}."""
     import yaml
 
+    from pytest_accuracy.safe_io import read_input_text
     from pytest_accuracy.safe_yaml import safe_load
 
     file = Path(path)
     try:
-        doc = safe_load(file.read_text(encoding="utf-8"), file)
-    except (OSError, yaml.YAMLError) as exc:
+        doc = safe_load(read_input_text(file), file)  # a FIFO is refused, not waited on
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise AccuracyInputError(file, f"cannot read waivers: {exc}") from exc
     entries = doc.get("waivers", doc) if isinstance(doc, dict) else doc
     if not isinstance(entries, list):

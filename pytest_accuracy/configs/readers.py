@@ -15,6 +15,7 @@ from pytest_accuracy.configs.keys import config_flavour, megatron_name
 from pytest_accuracy.configs.shell import expand
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.limits import CONFIG_ROOT_ENV
+from pytest_accuracy.safe_io import read_input_text
 from pytest_accuracy.safe_yaml import safe_load
 from pytest_accuracy.text import printable
 
@@ -88,7 +89,7 @@ def _refuse_dotted_arguments(file: Path, cfg: Mapping[str, object]) -> None:
 
 def _read_text(file: Path) -> str:
     try:
-        return file.read_text(encoding="utf-8")
+        return read_input_text(file)  # a FIFO or device is refused, never read
     except UnicodeDecodeError as exc:
         raise AccuracyInputError(file, f"not a UTF-8 text file ({exc.reason})") from exc
     except OSError as exc:
@@ -115,6 +116,8 @@ def _load_mapping(file: Path, text: str, kind: str) -> dict[str, object]:
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         what = "JSON" if kind == "json" else "YAML (python tags are refused)"
         raise AccuracyInputError(file, f"not valid {what}: {_one_line(exc)}") from exc
+    except RecursionError:
+        raise AccuracyInputError(file, f"{kind.upper()} nests too deep to read") from None
     if not isinstance(data, dict):
         raise AccuracyInputError(file, f"expected a mapping at the top, got {type(data).__name__}")
     return {str(k): v for k, v in data.items()}

@@ -30,6 +30,10 @@ def load_dumps(
     root = Path(path)
     if not root.exists():
         raise AccuracyInputError(root, "no such file or directory")
+    if not root.is_dir():
+        from pytest_accuracy.safe_io import check_regular
+
+        check_regular(root)  # a FIFO or device given as the dump is refused by name
     if _is_native(root):
         from pytest_accuracy.dumps.native import load_native
 
@@ -75,7 +79,7 @@ def _locate(root: Path) -> list[tuple[int, int, Path]]:
     """(step, rank, dump.json) triples, sorted."""
     if root.is_file():
         return [(_step_of(root.parent.parent), _rank_of_dir(root.parent), root)]
-    if (root / "dump.json").is_file():
+    if (root / "dump.json").exists():  # not is_file: a planted FIFO is refused, not skipped
         return [(_step_of(root.parent), _rank_of_dir(root), root / "dump.json")]
     step_dirs = sorted(
         (int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP.match(p.name))
@@ -86,7 +90,7 @@ def _locate(root: Path) -> list[tuple[int, int, Path]]:
 
 
 def _ranks_in(step_dir: Path, step: int) -> list[tuple[int, int, Path]]:
-    subdirs = [p for p in step_dir.iterdir() if p.is_dir() and (p / "dump.json").is_file()]
+    subdirs = [p for p in step_dir.iterdir() if p.is_dir() and (p / "dump.json").exists()]
     ranked = sorted((int(m.group(1) or 0), p) for p in subdirs if (m := _RANK.match(p.name)))
     procs = sorted((int(m.group(1)), p) for p in subdirs if (m := _PROC.match(p.name)))
     out = [(step, rank, p / "dump.json") for rank, p in ranked]

@@ -23,6 +23,7 @@ from pytest_accuracy.dumps.model import (
 )
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.limits import limit, over
+from pytest_accuracy.safe_io import open_regular
 from pytest_accuracy.text import brief
 
 _TENSOR_TYPES = {
@@ -43,9 +44,10 @@ def read_json(path: Path) -> Any:
     since a small hostile file could otherwise take GBs (a 5000-digit integer, 100k brackets).
     """
     try:
-        if (size := path.stat().st_size) > limit("json_bytes"):
-            raise AccuracyInputError(path, f"file size: {over('json_bytes', size)}")
-        text = path.read_text(encoding="utf-8")
+        with open_regular(path) as (handle, info):  # a FIFO or /dev/zero is refused
+            if (size := info.st_size) > limit("json_bytes"):
+                raise AccuracyInputError(path, f"file size: {over('json_bytes', size)}")
+            text = handle.read().decode("utf-8")
     except OSError as exc:
         raise AccuracyInputError(path, f"cannot read file ({exc.strerror or exc})") from exc
     except UnicodeDecodeError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import re
 from dataclasses import dataclass, field
+from io import StringIO
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from pytest_accuracy.dumps.model import (
 from pytest_accuracy.dumps.npy import load_npy
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.limits import limit
+from pytest_accuracy.safe_io import check_regular, read_input_text
 
 # {op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}.{input|output}.{slot}.{format}.{dtype}.npy
 _NPY = re.compile(
@@ -95,6 +97,7 @@ def _npy_record(file: Path, it_dir: Path, m: re.Match[str]) -> TensorRecord:
 
     try:
         checked = resolve_data_path(it_dir, file.name)  # a planted symlink is not followed out
+        check_regular(checked)  # a FIFO named like an .npy file would block np.load
         array = load_npy(checked, True, limit("npy_header_bytes"), limit("tensor_bytes"))
     except (OSError, ValueError, EOFError) as exc:
         raise AccuracyInputError(file, f"not a readable .npy file ({exc})") from exc
@@ -112,8 +115,8 @@ def _npy_record(file: Path, it_dir: Path, m: re.Match[str]) -> TensorRecord:
 
 def _read_statistic_csv(path: Path, ops: dict[tuple[str, str], _Op]) -> None:
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
-            rows = list(csv.DictReader(handle))
+        text = read_input_text(path, limit("json_bytes"), "statistic.csv size")
+        rows = list(csv.DictReader(StringIO(text, newline="")))
     except (OSError, csv.Error, UnicodeDecodeError) as exc:
         raise AccuracyInputError(path, f"cannot read statistic.csv ({exc})") from exc
     for row in rows:

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.limits import limit, over
 from pytest_accuracy.logs import golden, hf, megatron, mindformers, tabular, tensorboard, torchtitan
 from pytest_accuracy.logs.detect import ALIASES, FORMATS, sniff
 from pytest_accuracy.logs.golden import write_golden
 from pytest_accuracy.logs.table import STANDARD_COLUMNS, LogTable
+from pytest_accuracy.safe_io import check_regular, read_input_bytes
 
 __all__ = ["FORMATS", "STANDARD_COLUMNS", "LogTable", "read_log", "write_golden"]
 
@@ -36,13 +40,15 @@ def read_log(
     path = Path(path)
     if not path.exists():
         raise AccuracyInputError(path, "file not found")
+    if not path.is_dir():
+        check_regular(path)  # a FIFO or /dev/zero given as the log: refused, never read
     name = _format_name(path, fmt)
     if name == "tensorboard" or (name is None and sniff(path, b"") == "tensorboard"):
         return tensorboard.parse(path)
     if path.is_dir():
         raise AccuracyInputError(path, f"is a directory, not a {name} log")
     try:
-        data = path.read_bytes()
+        data = read_input_bytes(path)
     except OSError as exc:
         raise AccuracyInputError(path, f"cannot read: {exc.strerror or exc}") from exc
     if not data or data.isspace():  # isspace stops at the first other byte; strip copies
@@ -52,9 +58,48 @@ def read_log(
         raise AccuracyInputError(
             path, f"unknown log format: no training-step lines (tried: {', '.join(FORMATS)})"
         )
-    if name == "hf-log":
-        return hf.parse_printed(data, path, logging_steps)
-    return _PARSERS[name](data, path)
+    check_line_lengths(data, path)
+    try:
+        if name == "hf-log":
+            return hf.parse_printed(data, path, logging_steps)
+        return _PARSERS[name](data, path)
+    except RecursionError:
+        raise AccuracyInputError(path, "JSON nests too deep to read") from None
+    except OverflowError as exc:  # a step of 10**30 does not fit the int64 step index
+        raise AccuracyInputError(path, f"a step or value out of range ({exc})") from None
+
+
+def check_line_lengths(data: bytes, path: Path) -> None:
+    """AccuracyInputError when a line is longer than the ``log_line_bytes`` limit.
+
+    Parsing a line costs several times its length (a 100 MB line took 590 MB); newlines are
+    found in 16 MiB blocks, so the check itself stays small and linear.
+    """
+    cap = limit("log_line_bytes")
+    if len(data) <= cap:
+        return
+    view = np.frombuffer(data, dtype=np.uint8)
+    start, line = 0, 1  # start: offset of the current line; line: its number
+    for block in range(0, len(view), _BLOCK):
+        ends = np.flatnonzero(view[block : block + _BLOCK] == 10) + block
+        if ends.size:
+            gaps = np.diff(ends, prepend=start - 1) - 1  # each line's length without "\n"
+            worst = int(np.argmax(gaps))
+            if gaps[worst] > cap:
+                _too_long(path, line + worst, int(gaps[worst]))
+            start, line = int(ends[-1]) + 1, line + int(ends.size)
+        elif block + _BLOCK - start > cap:
+            break
+    if len(view) - start > cap:
+        _too_long(path, line, len(view) - start)
+
+
+def _too_long(path: Path, line: int, length: int) -> None:
+    raise AccuracyInputError(path, f"line {line}: {over('log_line_bytes', length)}; "
+                                   "not a training log line")
+
+
+_BLOCK = 1 << 24
 
 
 def _format_name(path: Path, fmt: str | None) -> str | None:

@@ -180,9 +180,9 @@ def write_golden(table: LogTable, path: str | Path, columns: Iterable[str] | Non
     flags = frame["skipped"].to_numpy(dtype=bool)
     if (flags & np.isfinite(frame["loss"].to_numpy())).any():
         out["skipped"] = _spec(steps, flags.astype(np.float64), interval)
-    target = Path(path)
-    target.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-    return target
+    from pytest_accuracy.safe_io import write_atomic
+
+    return write_atomic(path, json.dumps(out, indent=1) + "\n")
 
 
 def _spec(steps: np.ndarray, values: np.ndarray, interval: int) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.logs.fields import SEP, Fields
 from pytest_accuracy.logs.records import Records, read_records
 from pytest_accuracy.logs.table import LogTable, as_float, count_lines, finish, no_steps
+from pytest_accuracy.safe_io import read_input_bytes
 
 FORMAT_STATE = "hf-trainer-state"
 FORMAT_PRINTED = "hf-log"
@@ -36,6 +37,8 @@ def parse_state(data: bytes, path: Path) -> LogTable:
         state = json.loads(data)
     except ValueError as exc:
         raise AccuracyInputError(path, f"not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise AccuracyInputError(path, "JSON nests too deep to read") from None
     history = state.get("log_history") if isinstance(state, dict) else None
     if not isinstance(history, list):
         raise AccuracyInputError(path, "no 'log_history' list (not a trainer_state.json)")
@@ -128,7 +131,7 @@ def _neighbour_state(path: Path) -> tuple[str, np.ndarray, np.ndarray] | None:
     if found is None:
         return None
     try:
-        table = parse_state(found.read_bytes(), found)
+        table = parse_state(read_input_bytes(found), found)
     except (AccuracyInputError, OSError):
         return None
     return str(found.relative_to(path.parent)), table.steps, table.frame["loss"].to_numpy()

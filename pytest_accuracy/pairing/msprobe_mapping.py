@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pytest_accuracy.dumps.model import Call, Dump
 from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.limits import limit, over
 from pytest_accuracy.pairing.naming import (
     ApiMap,
     Pairing,
@@ -41,15 +42,16 @@ def cell_mapping_pairing(mapping: str | Path | Mapping[str, str] | None = None) 
         table = dict(mapping)
     else:
         table = str_map(load_yaml(mapping, "cell mapping"), mapping, "a cell mapping")
+    renamed: dict[str, str] = {}  # names repeat every step and rank: rename each once
 
     def rename(call: Call) -> str:
         scope = module_scope(call)
         middle = f"{scope}.{call.op}" if scope else call.op
         new = table.get(middle)
         if new is None:
-            new = middle
-            for key, value in table.items():
-                new = new.replace(key, value, 1)
+            new = renamed.get(middle)
+        if new is None:
+            new = renamed[middle] = _replace_in_order(middle, table, mapping)
         prefix = "Module" if call.prefix == "Cell" else call.prefix
         return f"{prefix}.{new}{call.name[len(call.prefix) + 1 + len(middle) :]}"
 
@@ -61,6 +63,19 @@ def cell_mapping_pairing(mapping: str | Path | Mapping[str, str] | None = None) 
         return pairs
 
     return pairing
+
+
+def _replace_in_order(name: str, table: Mapping[str, str], source: object) -> str:
+    """Each key of ``table`` replaced once, in order, as msprobe does; the name's growth is
+    bounded (chained rules whose values hold their keys grow it with every rule)."""
+    cap = limit("mapping_name_chars")
+    for key, value in table.items():
+        name = name.replace(key, value, 1)
+        if len(name) > cap:
+            where = source if isinstance(source, (str, Path)) else "cell mapping"
+            raise AccuracyInputError(where, f"renaming a node by the cell mapping: a name of "
+                                            f"{over('mapping_name_chars', len(name))}")
+    return name
 
 
 def node_of_row(row: str) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from pytest_accuracy.dumps.model import Call, Dump
 from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.limits import limit, over
 from pytest_accuracy.pairing.base import Pairing
 
 MAPPING_FORMAT = "pytest-accuracy-mapping/1"
@@ -101,11 +102,12 @@ def canonical_api(call: Call, npu_framework: str, bench_framework: str, amap: Ap
 def load_yaml(path: str | Path, what: str) -> Any:
     import yaml
 
+    from pytest_accuracy.safe_io import read_input_text
     from pytest_accuracy.safe_yaml import safe_load
 
     file = Path(path)
     try:
-        return safe_load(file.read_text(encoding="utf-8"), file)
+        return safe_load(read_input_text(file), file)
     except (OSError, UnicodeDecodeError) as exc:
         raise AccuracyInputError(file, f"cannot read {what}: {exc}") from exc
     except yaml.YAMLError as exc:
@@ -117,6 +119,8 @@ def str_map(value: Any, where: str | Path, what: str) -> dict[str, str]:
         isinstance(k, str) and isinstance(v, str) for k, v in value.items()
     ):
         raise AccuracyInputError(where, f"{what} must map names to names (name: other_name)")
+    if len(value) > limit("mapping_rules"):  # every rule is tried on every node name
+        raise AccuracyInputError(where, f"{what}: {over('mapping_rules', len(value))}")
     return dict(value)
 
 
@@ -374,19 +378,29 @@ def write_mapping_yaml(
         "# (confidence in [0,1], then the evidence of the automatic alignment) are not read back.",
     ]
     if source:
-        lines.append(f"# source: {' '.join(source.split())}")
+        lines.append(f"# source: {_comment(source)}")
     lines += [f"format: {MAPPING_FORMAT}", "pairs:"]
     for name, other in pairs.items():
-        note = " ".join(evidence.get(name, "").split())
+        note = _comment(evidence.get(name, ""))
         score = f"{conf[name]:.3f} " if name in conf else ""
         comment = f"  # {score}{note}".rstrip() if score or note else ""
         lines.append(f"  {json.dumps(name)}: {json.dumps(other)}{comment}")
     for name in unmatched:
         if name not in pairs:
             lines.append(f"  {json.dumps(name)}: null  # unmatched")
-    file = Path(path)
-    file.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return file
+    from pytest_accuracy.safe_io import write_atomic
+
+    return write_atomic(path, "\n".join(lines) + "\n")
+
+
+def _comment(text: str) -> str:
+    """``text`` on one line as a YAML comment may hold it: printable ASCII, the rest escaped
+    (names hold DEL or lone surrogates, which YAML refuses even inside a comment)."""
+    flat = " ".join(text.split())
+    return flat.encode("ascii", "backslashreplace").decode("ascii").translate(_NO_CONTROLS)
+
+
+_NO_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)}
 
 
 def load_mapping_yaml(path: str | Path) -> dict[str, str]:

@@ -177,10 +177,13 @@ def write_precheck_csvs(
 
 
 def _write(path: Path, header: list[str], rows: list[dict[str, object]]) -> None:
-    with path.open("w", encoding="utf-8", newline="") as handle:
+    from pytest_accuracy.report.cells import csv_row
+    from pytest_accuracy.safe_io import atomic_open
+
+    with atomic_open(path, "w", newline="") as handle:  # a planted symlink is replaced
         writer = csv.DictWriter(handle, fieldnames=header)
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows(csv_row(row) for row in rows)  # API names and messages: neutralised
 
 
 def _json_number(value: float | None) -> float | None:

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_accuracy import __version__
+from pytest_accuracy.report.cells import csv_cell
+from pytest_accuracy.safe_io import atomic_open, write_atomic
 
 DOCUMENT_VERSION = 1
 
@@ -43,10 +45,7 @@ def compare_section(
 
 def write_json(doc: dict[str, Any], path: str | Path) -> Path:
     """Strict JSON: NaN becomes null, +-inf the strings "inf"/"-inf" (a zero bench element)."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(document_text(_strict(doc)) + "\n", encoding="utf-8")
-    return out
+    return write_atomic(path, document_text(_strict(doc)) + "\n")
 
 
 def document_text(doc: dict[str, Any]) -> str:
@@ -86,22 +85,15 @@ def write_compare_csv(nodes: list[dict[str, Any]], out_dir: Path) -> Path | None
         return None
     columns = list(dict.fromkeys(key for row in rows for key in row))
     path = out_dir / "compare_result.csv"
-    with path.open("w", newline="", encoding="utf-8") as fh:
+    with atomic_open(path, "w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(columns)
-        writer.writerows([_cell(row.get(c)) for c in columns] for row in rows)
+        writer.writerow([csv_cell(c) for c in columns])
+        writer.writerows([csv_cell(row.get(c)) for c in columns] for row in rows)
     return path
-
-
-def _cell(value: Any) -> Any:
-    # None is an empty cell and floats keep every digit (repr), as pandas writes them.
-    return "" if value is None else value
 
 
 def write_html(doc: dict[str, Any], out_dir: Path, images: list[Path]) -> Path:
     """``index.html``: verdict, first divergence, charts, module tree, every node; logs criteria."""
     from pytest_accuracy.report.html import render
 
-    path = out_dir / "index.html"
-    path.write_text(render(doc, out_dir, images), encoding="utf-8")
-    return path
+    return write_atomic(out_dir / "index.html", render(doc, out_dir, images))

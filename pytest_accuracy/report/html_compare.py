@@ -19,27 +19,37 @@ def node_error(node: dict[str, Any]) -> float | None:
     for key in ("rel_l2_err", "norm_relative_err"):
         value = node.get(key)
         if value is not None:
-            return math.inf if value in ("inf", "-inf") else float(value)
+            return math.inf if value in ("inf", "-inf") else number(value)
     if "md5_equal" in node:
         return 0.0 if node["md5_equal"] else math.inf
     return None
 
 
+def number(value: Any) -> float | None:
+    """``float(value)``, or None for what a part from elsewhere put there instead of a number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        return float(value)
+    except (ValueError, OverflowError):
+        return None
+
+
 def node_tolerance(node: dict[str, Any], criteria: dict[str, Any]) -> float | None:
     tolerance = node.get("tolerance")
     if isinstance(tolerance, dict) and tolerance.get("rel_err") is not None:
-        return float(tolerance["rel_err"])
+        return number(tolerance["rel_err"])
     if criteria.get("rel_err_override") is not None:
-        return float(criteria["rel_err_override"])
-    by_dtype = (criteria.get("tolerances") or {}).get(node.get("effective_dtype") or "")
-    return float(by_dtype["rel_err"]) if by_dtype else None
+        return number(criteria["rel_err_override"])
+    by_dtype = (criteria.get("tolerances") or {}).get(str(node.get("effective_dtype") or ""))
+    return number(by_dtype.get("rel_err")) if isinstance(by_dtype, dict) else None
 
 
 def own_error(node: dict[str, Any]) -> float | None:
     """The error a node makes itself: a carried node's own share is its local error, if known."""
     if node.get("status") == "carried":
         local = node.get("local_error") or {}
-        return float(local["npu"]) if local.get("npu") is not None else None
+        return number(local.get("npu")) if isinstance(local, dict) else None
     if node.get("status") in ("pass", "fail"):
         return node_error(node)
     return None
@@ -67,13 +77,13 @@ def headline(compare: dict[str, Any]) -> str:
     if counts.get("carried"):
         parts.append(f"{counts['carried']} carry an earlier error")
     if first:
-        parts.append(f"first divergence <b>{esc(first['npu_name'])}</b> (step {first['step']}, "
-                     f"rank {first['rank']})")
+        parts.append(f"first divergence <b>{esc(first.get('npu_name'))}</b> (step "
+                     f"{esc(first.get('step'))}, rank {esc(first.get('rank'))})")
     elif not counts.get("fail"):
         parts = [f"no divergence: {counts.get('pass', 0)} compared nodes meet the criteria"]
     coverage = compare.get("coverage") or {}
     if coverage:
-        parts.append(f"{coverage.get('matched')} of {coverage.get('total')} matched")
+        parts.append(f"{esc(coverage.get('matched'))} of {esc(coverage.get('total'))} matched")
     return "; ".join(parts)
 
 
@@ -82,7 +92,7 @@ def _first_card(first: dict[str, Any] | None, compare: dict[str, Any]) -> str:
         failing = any(n.get("status") == "fail" for n in compare.get("nodes") or [])
         return ("<p>Nodes fail, but the first divergent node was not among the items run.</p>"
                 if failing else "<p>No node misses the criteria.</p>")
-    where = f"step {first['step']}, rank {first['rank']}"
+    where = f"step {esc(first.get('step'))}, rank {esc(first.get('rank'))}"
     if first.get("kind") == "between" and first.get("through"):
         what = (f"the input that differs was made by <code>{esc(first.get('through'))}</code>, "
                 "which only the NPU run records")
@@ -93,7 +103,7 @@ def _first_card(first: dict[str, Any] | None, compare: dict[str, Any]) -> str:
         what = "its inputs match the bench and a parameter of its own differs"
     else:
         what = "its inputs match the bench and its outputs do not: the error appears here"
-    rows = [("node", f"<code>{esc(first['npu_name'])}</code> ({where})"),
+    rows = [("node", f"<code>{esc(first.get('npu_name'))}</code> ({where})"),
             ("bench node", f"<code>{esc(first.get('bench_name'))}</code>"),
             ("what", what),
             ("how bad", f"{esc(first.get('tensor'))}: {esc(first.get('reason'))}")]
@@ -158,7 +168,8 @@ def _per_dump_table(nodes: list[dict[str, Any]]) -> str:
     for (step, rank), members in _by_dump(nodes).items():
         counts = Counter(n.get("status") for n in members)
         failing = next((n["npu_name"] for n in members if n.get("status") == "fail"), "")
-        rows.append(f"<tr><td>{step}</td><td>{rank}</td><td class='num'>{len(members)}</td>"
+        rows.append(f"<tr><td>{esc(step)}</td><td>{esc(rank)}</td>"
+                    f"<td class='num'>{len(members)}</td>"
                     + "".join(f"<td class='num'>{counts.get(s, 0)}</td>" for s in STATUSES[:5])
                     + f"<td><code>{esc(failing)}</code></td></tr>")
     head = "".join(f"<th>{s}</th>" for s in STATUSES[:5])
@@ -185,7 +196,7 @@ def _node_row(i: int, n: dict[str, Any], criteria: dict[str, Any]) -> str:
     error = node_error(n)
     why = n.get("finding") or (f"carried from {n['carried_from']}" if n.get("carried_from")
                                else "")
-    cells = [str(i), str(n["step"]), str(n["rank"]), esc(n["npu_name"]), esc(n.get("bench_name")),
+    cells = [str(i), esc(n["step"]), esc(n["rank"]), esc(n["npu_name"]), esc(n.get("bench_name")),
              f"<span class='s-{esc(status)}'>{esc(status)}</span>", esc(n.get("effective_dtype")),
              esc(n.get("tensor")), fmt(error), fmt(node_tolerance(n, criteria)),
              fmt(n.get("cosine")), fmt(n.get("max_abs_err")), esc(why),

@@ -6,6 +6,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
+from pytest_accuracy.report.html_compare import number
 from pytest_accuracy.report.html_page import esc, fmt, section
 from pytest_accuracy.report.svg import bar_chart
 
@@ -40,8 +41,8 @@ def _criteria_table(loss: dict[str, Any], checks: dict[str, Any]) -> str:
             f"<td><span class='s-{esc(status)}'>{esc(status)}</span></td>"
             f"<td>{esc(', '.join(str(s) for s in check.get('worst_steps') or []))}</td>"
             f"<td class='msg'>{esc(check.get('message') or '')}</td></tr>")
-    counted = (f"<p>{loss.get('steps_compared')} paired steps compared, "
-               f"{loss.get('steps_skipped')} skipped.</p>" if "steps_compared" in loss else "")
+    counted = (f"<p>{esc(loss.get('steps_compared'))} paired steps compared, "
+               f"{esc(loss.get('steps_skipped'))} skipped.</p>" if "steps_compared" in loss else "")
     return (lead + counted + "<table class='sortable'><thead><tr><th>criterion</th>"
             "<th>measured</th><th>allowed</th><th>verdict</th><th>worst steps</th>"
             "<th>message</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
@@ -54,11 +55,12 @@ def _pairs(values: Any) -> str:
 
 
 def _local_norm_chart(local: dict[str, Any]) -> str:
-    bars = local["bars"]
-    limit = (local.get("allowed") or {}).get("rel_diff")
+    bars = [b for b in local["bars"] if isinstance(b, dict)
+            and number(b.get("rel_diff")) is not None]
+    limit = number((local.get("allowed") or {}).get("rel_diff"))
     step = (local.get("measured") or {}).get("step")
-    return bar_chart([b["param"] for b in bars], [float(b["rel_diff"]) for b in bars],
-                     limit=float(limit) if limit is not None else None,
+    return bar_chart([str(b.get("param")) for b in bars],
+                     [float(number(b["rel_diff"]) or 0.0) for b in bars], limit=limit,
                      title=f"relative difference of the local norm at step {step}, worst first")
 
 

@@ -34,9 +34,10 @@ def module_tree(nodes: list[dict[str, Any]], criteria: dict[str, Any],
     for root in roots:
         _worst(root, criteria)
     body = "".join(_render(r, 0, first) for r in roots)
-    return (f"<p>Step {key[0]}, rank {key[1]}{' (where the first divergence is)' if first else ''}"
-            ". A module's colour is the worst error its own nodes make (carried errors don't "
-            "count), as a multiple of the tolerance: " + _scale_legend() + "</p>"
+    where = " (where the first divergence is)" if first else ""
+    return (f"<p>Step {esc(key[0])}, rank {esc(key[1])}{where}. A module's colour is the "
+            "worst error its own nodes make (carried errors don't count), as a multiple of the "
+            "tolerance: " + _scale_legend() + "</p>"
             f"<div class='tree mono'>{body}</div>")
 
 

@@ -9,6 +9,8 @@ from typing import Any
 
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.report.document import DOCUMENT_VERSION, build_document
+from pytest_accuracy.report.merge_check import check_part, check_shard_count
+from pytest_accuracy.text import escape_line
 
 # Node statuses that neither pass nor fail the verdict (pytest skips and xfails). "pass" passes;
 # every other status (fail, error, carried, and any status this version does not know) fails.
@@ -48,9 +50,7 @@ def load_part(path: str | Path) -> Part:
     if doc["version"] != DOCUMENT_VERSION:
         raise AccuracyInputError(file, f"document version {doc['version']!r}; this "
                                        f"pytest-accuracy merges version {DOCUMENT_VERSION}")
-    for node in (doc.get("compare") or {}).get("nodes") or []:
-        if not isinstance(node, dict) or not {"step", "rank", "status"} <= node.keys():
-            raise AccuracyInputError(file, "a compare node lacks step, rank or status")
+    check_part(doc, file)  # types, ranges and depth: named errors, not a traceback later
     return Part(file, doc)
 
 
@@ -136,6 +136,7 @@ def _missing_shards(parts: Sequence[Part], steps: Set[int] | None, ranks: Set[in
         return []  # nothing was sharded (no compare section in any part)
     want_steps = steps if steps is not None else {s for s, _ in held}
     want_ranks = ranks if ranks is not None else {r for _, r in held}
+    check_shard_count(want_steps, want_ranks)
     return sorted({(s, r) for s in want_steps for r in want_ranks} - held)
 
 
@@ -288,7 +289,7 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
         lines.append(TABLE_HEADER)
         lines += [f"{r['step']:>4} {r['rank']:>4} {r['pass']:>5} {r['fail']:>5} "
                   f"{r['neutral']:>5}  {r['first_failing'] or '-'}" for r in compare["ranks"]]
-    return lines
+    return [escape_line(line) for line in lines]  # names and paths come from the parts
 
 
 def first_sentence(first: dict[str, Any]) -> str:

@@ -8,9 +8,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.limits import limit, over
 from pytest_accuracy.options import parse_int_set
 from pytest_accuracy.report.document import write_html, write_json
 from pytest_accuracy.report.merge import merge_files, summary_lines
+from pytest_accuracy.safe_io import ensure_dir
+from pytest_accuracy.text import escape_line
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -29,21 +32,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         doc = merge_files(args.parts, steps=args.steps, ranks=args.ranks)
-    except AccuracyInputError as exc:
-        print(f"pytest-accuracy-merge: {exc}", file=sys.stderr)
+        for line in summary_lines(doc):
+            print(line)
+        if args.output:
+            write_json(doc, args.output)
+        if args.report:
+            write_html(doc, ensure_dir(args.report), [])
+    except AccuracyInputError as exc:  # an unusable part, or an output that can't be written
+        print(f"pytest-accuracy-merge: {escape_line(exc)}", file=sys.stderr)
         return 2
-    for line in summary_lines(doc):
-        print(line)
-    if args.output:
-        write_json(doc, args.output)
-    if args.report:
-        args.report.mkdir(parents=True, exist_ok=True)
-        write_html(doc, args.report, [])
     return 0 if doc["verdict"] == "pass" else 1
 
 
 def _int_set(text: str) -> set[int]:
     try:
+        count = sum(int(hi or lo) - int(lo) + 1 for lo, _, hi in
+                    (part.strip().partition("-") for part in text.split(",")))
+        if count > limit("merge_shards"):
+            raise argparse.ArgumentTypeError(f"{text!r} names {over('merge_shards', count)}")
         return parse_int_set(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected e.g. '0,2-4', got {text!r}") from None

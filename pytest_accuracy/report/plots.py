@@ -54,9 +54,14 @@ def _label(table: LogTable, role: str) -> str:
 
 
 def _save(plt: Any, fig: Any, path: Path) -> Path:
+    from pytest_accuracy.safe_io import atomic_open
+
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with atomic_open(path, "wb") as handle:  # never through a symlink planted at path
+            fig.savefig(handle, dpi=110, format="png")
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -116,7 +116,9 @@ def write_loss_plots(config: pytest.Config, out: Path) -> list[Path]:
         npu, benches = read_logs(config)
         return list(plot_loss_report(npu, benches, out, loss_criteria(config)))
     except ImportError as exc:  # the plot extra is optional: say so, don't fail the run
-        (out / "plots_unavailable.txt").write_text(f"{exc}\n", encoding="utf-8")
+        from pytest_accuracy.safe_io import write_atomic
+
+        write_atomic(out / "plots_unavailable.txt", f"{exc}\n")
         return []
 
 

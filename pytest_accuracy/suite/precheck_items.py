@@ -97,9 +97,14 @@ def write_precheck_tables(records: list[dict[str, Any]], out: Path) -> None:
                 target[column] = value
             elif column == "Message" and value and value not in str(target[column]):
                 target[column] = f"{target[column]}; {value}"
-    pd.DataFrame(list(merged.values()), columns=RESULT_COLUMNS[layout]).to_csv(
-        out / "precheck_accuracy_checking_result.csv", index=False)
+    from pytest_accuracy.report.cells import csv_cell
+    from pytest_accuracy.safe_io import atomic_open
+
     details_columns = MS_DETAIL_COLUMNS if layout == "mindspore" else PT_DETAIL_COLUMNS
     details = [row for r in records for row in r.get("details") or []]
-    pd.DataFrame(details, columns=[h for h, _ in details_columns]).to_csv(
-        out / "precheck_accuracy_checking_details.csv", index=False)
+    for name, frame in (
+            ("result", pd.DataFrame(list(merged.values()), columns=RESULT_COLUMNS[layout])),
+            ("details", pd.DataFrame(details, columns=[h for h, _ in details_columns]))):
+        # cells neutralised (formulas, newlines); written through a temporary, renamed
+        with atomic_open(out / f"precheck_accuracy_checking_{name}.csv", newline="") as handle:
+            frame.map(csv_cell).to_csv(handle, index=False)
