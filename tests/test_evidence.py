@@ -178,3 +178,17 @@ def test_a_minimum_of_nan_is_refused(pytester: pytest.Pytester) -> None:
                      dump("pt_fp32", "mix_statistics"), "--acc-min-matched=nan")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--acc-min-matched: expected a number, e.g. 0.01, got 'nan'" in result.stderr.str()
+
+
+def test_a_node_written_twice_in_dump_json_is_an_input_error(  # type: ignore[no-untyped-def]
+        pytester: pytest.Pytester, copy_dump) -> None:
+    npu = copy_dump("pt_fp32", "mix_statistics")
+    path = next(npu.glob("step0/*/dump.json"))
+    text = path.read_text()
+    key = '"Torch.rsqrt.0.forward":'
+    at = text.index(key)  # the same node again, first, with no records: JSON keeps the last
+    path.write_text(f'{text[:at]}{key} {{"input_args": []}},\n    {text[at:]}')
+    result, _ = _run(pytester, npu, dump("pt_fp32", "mix_statistics"))
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([f"*{path}: node 'Torch.rsqrt.0.forward' is written twice in "
+                                 "'data' (JSON keeps the last one silently); the dump is corrupt*"])

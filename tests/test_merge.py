@@ -139,7 +139,7 @@ def test_carried_and_unknown_statuses_fail_and_new_fields_pass_through(tmp_path:
 
 def test_passing_parts_pass_and_low_summed_coverage_fails(tmp_path: Path) -> None:
     a = _doc(tmp_path / "a.json", [_node(0, 0, "x")])
-    b = _doc(tmp_path / "b.json", [_node(1, 0, "x", "unmatched")])
+    b = _doc(tmp_path / "b.json", [_node(1, 0, "x"), _node(1, 0, "y", "unmatched")])
     assert merge_files([a, b])["verdict"] == "pass"
     low = load(b)
     low["compare"]["coverage"] = {"matched": 0, "total": 3, "matched_share": 0.0,
@@ -149,6 +149,16 @@ def test_passing_parts_pass_and_low_summed_coverage_fails(tmp_path: Path) -> Non
     assert doc["verdict"] == "fail"
     assert doc["merge"]["fail_reasons"] == [
         "matched 1 of 4 NPU nodes over all parts (at least 50% required)"]
+
+
+def test_a_part_that_says_pass_and_checked_nothing_fails(tmp_path: Path) -> None:
+    a = _doc(tmp_path / "a.json", [_node(0, 0, "x")])
+    b = _doc(tmp_path / "b.json", [_node(1, 0, "x", "unmatched"), _node(1, 0, "y", "skip")])
+    doc = merge_files([a, b])
+    assert doc["verdict"] == "fail"
+    assert doc["merge"]["fail_reasons"] == [
+        f"{b} says pass but checked nothing (no compared node, loss, config or precheck "
+        "result)"]
 
 
 def test_refuses_overlapping_shards_naming_both_files(tmp_path: Path) -> None:

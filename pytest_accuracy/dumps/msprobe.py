@@ -37,11 +37,12 @@ _TENSOR_TYPES = {
 _DIRECTIONS: dict[str, Direction] = {"forward": "forward", "backward": "backward"}
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: Path, *, unique_nodes: bool = False) -> Any:
     """Parse a JSON file, turning every failure into an error that names the file.
 
     Within the limits (file size, digits of a number, nesting the parser can recurse into),
     since a small hostile file could otherwise take GBs (a 5000-digit integer, 100k brackets).
+    ``unique_nodes``: a node name written twice as a key is an error (JSON keeps the last).
     """
     try:
         with open_regular(path) as (handle, info):  # a FIFO or /dev/zero is refused
@@ -53,7 +54,10 @@ def read_json(path: Path) -> Any:
     except UnicodeDecodeError as exc:
         raise AccuracyInputError(path, "not UTF-8 text; is this really a JSON file?") from exc
     try:
-        return _loads(text, path)
+        doc = _loads(text, path)
+        if unique_nodes:
+            _check_unique_nodes(text, doc, path)
+        return doc
     except RecursionError:
         raise AccuracyInputError(path, "JSON nests too deep to read") from None
     except json.JSONDecodeError as exc:
@@ -61,6 +65,27 @@ def read_json(path: Path) -> Any:
         raise AccuracyInputError(
             path, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}{hint}"
         ) from exc
+
+
+# A node name as a key: "Tensor.__add__.0.forward": {  (a data_name value ends in .pt/.npy)
+_NODE_KEY = re.compile(r'"([^"\\]{1,4096}\.(?:forward|backward|parameters_grad)(?:\.\d+)?)"\s*:')
+
+
+def _check_unique_nodes(text: str, doc: Any, path: Path) -> None:
+    """json.loads keeps the last of two equal keys: a node written twice would be compared
+    on whichever came last. Counting node-name keys in the text (one C scan) tells."""
+    data = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(data, dict):
+        return
+    names = _NODE_KEY.findall(text)
+    if len(names) <= len(data):
+        return
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise AccuracyInputError(path, f"node {brief(name)} is written twice in 'data' "
+                                     "(JSON keeps the last one silently); the dump is corrupt")
+        seen.add(name)
 
 
 def _loads(text: str, path: Path) -> Any:
@@ -99,7 +124,7 @@ class _NumberParser:
 
 def read_dump(dump_json: Path, *, step: int, rank: int, confine: Path | None = None) -> Dump:
     """Read one dump.json with the stack.json and construct.json beside it."""
-    doc = read_json(dump_json)
+    doc = read_json(dump_json, unique_nodes=True)
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), dict):
         raise AccuracyInputError(
             dump_json, "not an msprobe dump.json: no 'data' object at top level"

@@ -238,6 +238,9 @@ def rank_table(nodes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _fail_reasons(parts: Sequence[Part], compare: dict[str, Any] | None) -> list[str]:
     reasons = [f"{p.path} failed" for p in parts if p.doc["verdict"] != "pass"]
+    reasons += [f"{p.path} says pass but checked nothing (no compared node, loss, config or "
+                "precheck result)" for p in parts
+                if p.doc["verdict"] == "pass" and not _checked_something(p.doc)]
     if compare:
         bad = sum(row["fail"] for row in compare["ranks"])
         if bad:
@@ -247,6 +250,16 @@ def _fail_reasons(parts: Sequence[Part], compare: dict[str, Any] | None) -> list
             reasons.append(f"matched {cov['matched']} of {cov['total']} NPU nodes over all "
                            f"parts (at least {cov['min_matched']:.0%} required)")
     return reasons
+
+
+def _checked_something(doc: dict[str, Any]) -> bool:
+    """Evidence in a part: a node compared, or a loss, config or precheck section."""
+    if any(doc.get(key) for key in ("loss", "config", "precheck")):
+        return True
+    compare = doc.get("compare") or {}
+    nodes = compare.get("nodes") if isinstance(compare, dict) else None
+    return any(isinstance(n, dict) and n.get("status") in ("pass", "fail", "carried", "waived")
+               for n in nodes or [])
 
 
 def _same_section(parts: Sequence[Part], key: str) -> Any:
