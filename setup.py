@@ -1,8 +1,7 @@
-"""Build hook for the optional C parts (log scanner, metric kernel, CRC); the rest is pyproject.toml.
+"""Build hook for the optional C parts (log scanner, metric kernel); the rest is pyproject.toml.
 
 ``optional=True``: where no C compiler is found the install still succeeds and logs
-are read, metrics computed and CRCs checked by the pure-Python/numpy/zlib paths (same
-results, slower).
+are read and metrics computed by the pure-Python/numpy paths (same results, slower).
 """
 
 import sys
@@ -16,8 +15,6 @@ _KERNEL_FLAGS = [] if sys.platform == "win32" else ["-O3", "-ffp-contract=off"]
 setup(
     ext_modules=[
         Extension("pytest_accuracy.logs._scan", ["pytest_accuracy/logs/_scan.c"], optional=True),
-        Extension("pytest_accuracy.dumps._crc", ["pytest_accuracy/dumps/_crc.c"],
-                  extra_compile_args=_KERNEL_FLAGS, optional=True),
         Extension(
             "pytest_accuracy.compare._metrics",
             ["pytest_accuracy/compare/_metrics.c"],
