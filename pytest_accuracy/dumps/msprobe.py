@@ -48,13 +48,14 @@ def read_json(path: Path, *, unique_nodes: bool = False) -> Any:
         with open_regular(path) as (handle, info):  # a FIFO or /dev/zero is refused
             if (size := info.st_size) > limit("json_bytes"):
                 raise AccuracyInputError(path, f"file size: {over('json_bytes', size)}")
-            text = handle.read().decode("utf-8")
+            raw = handle.read()
+            text = raw.decode("utf-8")
     except OSError as exc:
         raise AccuracyInputError(path, f"cannot read file ({exc.strerror or exc})") from exc
     except UnicodeDecodeError as exc:
         raise AccuracyInputError(path, "not UTF-8 text; is this really a JSON file?") from exc
     try:
-        doc = _loads(text, path)
+        doc = _loads(raw, text, path)
         if unique_nodes:
             _check_unique_nodes(text, doc, path)
         return doc
@@ -71,15 +72,20 @@ def read_json(path: Path, *, unique_nodes: bool = False) -> Any:
 _NODE_KEY = re.compile(r'"([^"\\]{1,4096}\.(?:forward|backward|parameters_grad)(?:\.\d+)?)"\s*:')
 
 
+_NODE_END = (re.compile(r'ward(?:\.\d+)?"\s*:'), re.compile(r'parameters_grad(?:\.\d+)?"\s*:'))
+
+
 def _check_unique_nodes(text: str, doc: Any, path: Path) -> None:
     """json.loads keeps the last of two equal keys: a node written twice would be compared
     on whichever came last. Counting node-name keys in the text (one C scan) tells."""
     data = doc.get("data") if isinstance(doc, dict) else None
     if not isinstance(data, dict):
         return
-    names = _NODE_KEY.findall(text)
-    if len(names) <= len(data):
+    # counted first with patterns that start with a literal (re's fast search): 0.08 s on a
+    # 46 MB dump.json where the capturing pattern takes 0.26 s; named only when they disagree
+    if sum(len(p.findall(text)) for p in _NODE_END) <= len(data):
         return
+    names = _NODE_KEY.findall(text)
     seen: set[str] = set()
     for name in names:
         if name in seen:
@@ -88,14 +94,19 @@ def _check_unique_nodes(text: str, doc: Any, path: Path) -> None:
         seen.add(name)
 
 
-def _loads(text: str, path: Path) -> Any:
+# every digit byte to "0", every other to " ": a digit run becomes a run of "0" that
+# bytes.find (memmem) looks for; 0.09 s on a 46 MB dump.json where a [0-9]{65} search took 0.57
+_DIGITS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))
+
+
+def _loads(raw: bytes, text: str, path: Path) -> Any:
     """json.loads at C speed; number hooks only when a long digit run is there at all.
 
     A hook per number costs the C parser several times its own time on a large dump.json,
     so a linear scan for a digit run past the limit decides whether they are needed.
     """
     cap = limit("json_number_chars")
-    if re.search(f"[0-9]{{{cap + 1}}}", text) is None:
+    if raw.translate(_DIGITS).find(b"0" * (cap + 1)) < 0:
         return json.loads(text)
     number = _NumberParser(path, cap)
     return json.loads(text, parse_int=number.integer, parse_float=number.real)
