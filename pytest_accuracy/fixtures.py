@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_accuracy.marker import marker_kwargs
 from pytest_accuracy.settings import compare_criteria, path_setting
 
 if TYPE_CHECKING:  # loaded when a fixture is used, not when pytest starts
@@ -13,11 +14,7 @@ if TYPE_CHECKING:  # loaded when a fixture is used, not when pytest starts
 
 
 def _marker_kwargs(request: pytest.FixtureRequest) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {}
-    # closest marker wins: iterate from the outermost so inner ones overwrite.
-    for mark in reversed(list(request.node.iter_markers("accuracy"))):
-        kwargs.update(mark.kwargs)
-    return kwargs
+    return marker_kwargs(request.node)
 
 
 def _dump(request: pytest.FixtureRequest, name: str) -> DumpSet:

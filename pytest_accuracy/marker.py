@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,6 +38,31 @@ MARKER_HELP = (
     "test uses the acc_npu_log and acc_bench_logs fixtures. "
     "Example: @accuracy(first_loss_abs=0.005, mean_rel=0.01, gnorm_rel=0.10)"
 )
+
+
+# keys whose values are paths: a relative one is read from the test file's directory
+PATH_KEYS = ("npu", "bench", "npu_log", "bench_logs")
+
+
+def marker_kwargs(node: pytest.Item) -> dict[str, Any]:
+    """The merged ``@accuracy`` keys of ``node`` (the closest marker wins), relative paths
+    resolved against the test file's directory, not the directory pytest was started from."""
+    kwargs: dict[str, Any] = {}
+    for mark in reversed(list(node.iter_markers("accuracy"))):
+        kwargs.update(mark.kwargs)
+    base = Path(node.path).parent
+    for key in PATH_KEYS:
+        value = kwargs.get(key)
+        if isinstance(value, (list, tuple)):
+            kwargs[key] = [_resolved(v, base) for v in value]
+        elif value is not None:
+            kwargs[key] = _resolved(value, base)
+    return kwargs
+
+
+def _resolved(value: Any, base: Path) -> str:
+    path = Path(str(value))
+    return str(path if path.is_absolute() else base / path)
 
 
 def unknown_keys(keys: Iterable[str]) -> list[str]:

@@ -57,6 +57,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("bench-config", "path", "bench training config (MindFormers yaml or Megatron args)"),
     Option("json", "path", "write the versioned JSON result document here"),
     Option("report", "path", "write the report folder (index.html, CSV tables, plots) here"),
+    Option("markdown", "path", "write a Markdown summary (verdict, first divergence, top "
+           "failures) here; on GitHub Actions it is also appended to $GITHUB_STEP_SUMMARY"),
     Option("waivers", "path", "waivers yaml: node/API patterns with a relaxed tolerance or a "
            "known divergence"),
     Option("mapping", "path", "msprobe mapping yaml (api/cell/data/layer mapping) or an "
@@ -81,8 +83,8 @@ OPTIONS: tuple[Option, ...] = (
            "(default: the first)"),
     Option("align", "choice", "pairing: auto (names where they hold, else aligned), always, name",
            ("auto", "always", "name")),
-    Option("suite", "choice", "built-in suite: auto (when inputs are on the command line), on, "
-           "off", ("auto", "on", "off")),
+    Option("suite", "choice", "built-in suite: auto (when inputs are given on the command line "
+           "or in the ini file), on, off", ("auto", "on", "off")),
     Option("precheck", "flag", "generate per-API precheck items from the NPU dump"),
     Option("device", "device", "precheck device (default dump: judge the dumped outputs; cpu "
            "re-runs with the dump's framework, mindspore:cpu with MindSpore's CPU backend)"),
@@ -95,6 +97,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("band-factor", "float", "loss: band width in multiples of the bench runs' own spread "
            "(default 2)"),
     Option("loss-steps", "window", "loss: inclusive step window 'start:end'"),
+    Option("log-tag", "path", "loss: TensorBoard scalar tag of the loss (a TAG, e.g. "
+           "'loss/train'; default: the common loss tags)"),
+    Option("logging-steps", "int", "loss: the HF run's logging_steps, to number printed "
+           "{'loss': ...} dicts when no trainer_state.json says their steps"),
     Option("relax-to-bench-noise", "flag", "loss: widen each threshold to the bench runs' spread "
            "(>= 2 bench logs)"),
     Option("merge", "paths", "merge these --acc-json parts of sharded runs (repeatable) into one "

@@ -48,6 +48,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             parser.addini(option.dest, option.help, type="string", default=None)
 
 
+def pytest_load_initial_conftests(args: list[str]) -> None:
+    """``--acc-bnech``: a usage error naming the closest ``--acc-*`` option (argparse would
+    only say "unrecognized arguments")."""
+    for token in args:
+        if token == "--":
+            break
+        if token.startswith("--acc-") and token.split("=", 1)[0] not in _FLAGS:
+            from pytest_accuracy.suite.usage import unknown_option_message
+
+            raise pytest.UsageError(unknown_option_message(token))
+
+
+_FLAGS = frozenset(o.flag for o in OPTIONS)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     from pytest_accuracy.settings import setting, validate_options
@@ -66,6 +81,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
         config.pluginmanager.register(MergePlugin(config), "accuracy-merge")
         return
+    if _suite_wanted(config):
+        from pytest_accuracy.suite.usage import missing_dump_message
+
+        missing = missing_dump_message(config)
+        if missing:  # here, not at collection: xdist's controller says it too
+            raise pytest.UsageError(missing)
     from pytest_accuracy.suite.heap import HeapSettings
     from pytest_accuracy.suite.protocol import LightProtocol
     from pytest_accuracy.suite.readahead import ReadAhead
@@ -81,7 +102,7 @@ def _check_outputs(config: pytest.Config, setting: Any) -> None:
     """An output that cannot be written (its folder is a file) is a usage error now, not a
     traceback when the session ends."""
     given = [(name, folder, value) for name, folder in (
-        ("json", False), ("report", True), ("write_golden", False))
+        ("json", False), ("report", True), ("markdown", False), ("write_golden", False))
         if (value := setting(config, name))]
     if not given:
         return  # a plain run imports nothing more
@@ -103,12 +124,15 @@ def _take_node_ids(config: pytest.Config) -> list[str]:
 
 
 def _suite_wanted(config: pytest.Config) -> bool:
-    from pytest_accuracy.settings import typed_setting
+    """``auto``: when an input is given on the command line or in the ini file (an ini that
+    names the dumps is a CI directory's, as a command line would be), or a node id is."""
+    from pytest_accuracy.settings import setting, typed_setting
 
     mode = typed_setting(config, "suite") or "auto"
     if mode in ("on", "off"):
         return bool(mode == "on")
-    return any(config.getoption(dest) for dest in INPUT_DESTS) or bool(config.stash[SELECTED_KEY])
+    return (any(setting(config, dest[4:]) for dest in INPUT_DESTS)
+            or bool(config.stash[SELECTED_KEY]))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -127,15 +151,40 @@ def pytest_collection_modifyitems(
         items.extend(session.genitems(suite))
     selected = config.stash[SELECTED_KEY]
     if selected:
-        keep = [i for i in items if not i.nodeid.startswith(_NODE_PREFIX)
-                or any(_selects(s, i.nodeid) for s in selected)]
-        kept = set(map(id, keep))  # a set: 50,000 items would make `in keep` quadratic
-        config.hook.pytest_deselected(items=[i for i in items if id(i) not in kept])
-        items[:] = keep
+        _select(session, config, items, selected)
+
+
+def _select(session: pytest.Session, config: pytest.Config, items: list[pytest.Item],
+            selected: list[str]) -> None:
+    """Keep the generated items the ``accuracy::`` arguments name; an argument that names
+    none is a collection error with the closest ids (unless collection already failed). Not
+    a UsageError: under xdist the workers collect, and a worker's UsageError is a crash."""
+    if not session.testsfailed:
+        from pytest_accuracy.suite.usage import unknown_node_ids
+
+        unknown = unknown_node_ids(selected, items)
+        if unknown:
+            report = pytest.CollectReport("accuracy", "failed", unknown, [])
+            config.hook.pytest_collectreport(report=report)
+    keep = [i for i in items if not i.nodeid.startswith(_NODE_PREFIX)
+            or any(_selects(s, i.nodeid) for s in selected)]
+    kept = set(map(id, keep))  # a set: 50,000 items would make `in keep` quadratic
+    config.hook.pytest_deselected(items=[i for i in items if id(i) not in kept])
+    items[:] = keep
 
 
 def _selects(node_id: str, item_id: str) -> bool:
     return item_id == node_id or item_id.startswith(node_id + "::")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A path an @accuracy marker names that is not there: the test errors in one line."""
+    if isinstance(item, pytest.Function) and item.get_closest_marker("accuracy") is not None:
+        from pytest_accuracy.suite.usage import marker_path_problem
+
+        problem = marker_path_problem(item)
+        if problem:
+            pytest.fail(problem, pytrace=False)
 
 
 @pytest.hookimpl(wrapper=True)

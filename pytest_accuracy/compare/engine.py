@@ -372,12 +372,22 @@ class Comparison:
         if (dump.step, dump.rank) not in self.bench.dumps:
             return f"the bench run has no step {dump.step} rank {dump.rank}"
         bench_fw = self.bench.dumps[(dump.step, dump.rank)].framework
+        by_name = self.pairing is pair_by_name
         if bench_fw != dump.framework:
+            if by_name:  # --acc-align=name (or a script's Comparison without a pairing)
+                return (
+                    f"no {bench_fw} counterpart for this {dump.framework} node: pairing is by "
+                    "name only; use --acc-align=auto or pass a mapping (--acc-mapping)"
+                )
             return (
-                f"no {bench_fw} counterpart for this {dump.framework} node; pass a mapping "
-                "(--acc-mapping) or use --acc-align=auto"
+                f"no {bench_fw} counterpart for this {dump.framework} node: neither the "
+                "alignment nor the mapping in effect pairs it; name its counterpart in a "
+                "mapping (--acc-mapping; the report's inferred_mapping.yaml is a start)"
             )
-        return "no node of this name in the bench dump"
+        if by_name:
+            return "no node of this name in the bench dump"
+        return ("no node of this name in the bench dump, and the alignment in effect found no "
+                "counterpart; name one in a mapping (--acc-mapping) if the bench has it")
 
 
 def _lower_precision_inputs(result: NodeResult, allowed: frozenset[tuple[str, str]]) -> str | None:

@@ -72,15 +72,26 @@ def _strict(value: Any) -> Any:
     return value
 
 
-def write_compare_csv(nodes: list[dict[str, Any]], out_dir: Path) -> Path | None:
+def write_compare_csv(nodes: list[dict[str, Any]], out_dir: Path,
+                      first: dict[str, Any] | None = None) -> Path | None:
     """The compare table in msprobe's column layout, one row per tensor, numbers as numbers.
 
-    Written with the csv module: importing pandas cost more than the rest of the report.
+    ``Status`` and ``Cause`` give each row its node's verdict as the terminal gives it (first
+    divergence, makes an error, carried from X, pass, skipped, ...); ``Result`` stays
+    msprobe's per-tensor judgement of the metrics alone. ``first`` is the run's first
+    divergence (its likely cause). Written with the csv module: importing pandas cost more
+    than the rest of the report.
     """
     import csv
 
-    rows = [row for n in sorted(nodes, key=lambda n: (n["step"], n["rank"], n.get("order", 0)))
-            for row in n.get("rows", [])]
+    from pytest_accuracy.report.records import node_status
+
+    rows = []
+    for n in sorted(nodes, key=lambda n: (n["step"], n["rank"], n.get("order", 0))):
+        if n.get("rows"):
+            status, cause = node_status(n, first)
+            rows += [{**_front(row), "Status": status, "Cause": cause, **row}
+                     for row in n["rows"]]
     if not rows:
         return None
     columns = list(dict.fromkeys(key for row in rows for key in row))
@@ -90,6 +101,11 @@ def write_compare_csv(nodes: list[dict[str, Any]], out_dir: Path) -> Path | None
         writer.writerow([csv_cell(c) for c in columns])
         writer.writerows([csv_cell(row.get(c)) for c in columns] for row in rows)
     return path
+
+
+def _front(row: dict[str, Any]) -> dict[str, Any]:
+    """Step and Rank lead, Status and Cause follow them."""
+    return {k: row[k] for k in ("Step", "Rank") if k in row}
 
 
 def write_html(doc: dict[str, Any], out_dir: Path, images: list[Path]) -> Path:

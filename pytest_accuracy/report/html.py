@@ -30,13 +30,41 @@ def render(doc: dict[str, Any], out_dir: Path, images: list[Path]) -> str:
         note = out_dir / "plots_unavailable.txt"
         sections += loss_sections(loss, images, _note(note))
     if doc.get("config"):
+        lines.append("Config: " + _counted(doc["config"].get("keys"), "checklist keys", "differ"))
         sections.append(config_section(doc["config"]))
     if doc.get("precheck"):
+        lines.append("Precheck: " + _counted(doc["precheck"].get("apis"), "APIs", "fail"))
         sections.append(precheck_section(doc["precheck"]))
+    if doc.get("suites"):
+        lines.append("Your suites: " + _counted(doc["suites"].get("tests"), "tests", "fail"))
+        sections.append(_suites(doc["suites"]))
     sections.append(_inputs(doc))
     verdict = str(doc.get("verdict"))
     return page(f"pytest-accuracy: {verdict.upper()}", verdict, "<br>".join(lines) or
                 "nothing was checked", sections, _footer(doc, out_dir))
+
+
+def _counted(records: Any, unit: str, verb: str) -> str:
+    """``3 of 63 checklist keys differ: a, b, c`` or ``all 212 APIs pass``; names escaped."""
+    records = [r for r in records or [] if isinstance(r, dict)]
+    bad = [str(r.get("name")) for r in records if r.get("status") not in ("pass", "skip")]
+    if not bad:
+        return f"all {len(records)} {unit} pass"
+    shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+    return f"{len(bad)} of {len(records)} {unit} {verb}: {esc(shown)}"
+
+
+def _suites(suites: dict[str, Any]) -> str:
+    """The user's own @accuracy tests: each with its outcome and the first line of its failure."""
+    from pytest_accuracy.report.html_page import section
+
+    rows = "".join(
+        f"<tr><td><code>{esc(t.get('name'))}</code></td><td class='s-{esc(t.get('status'))}'>"
+        f"{esc(t.get('status'))}</td><td>{esc(t.get('reason'))}</td></tr>"
+        for t in suites.get("tests") or [] if isinstance(t, dict))
+    return section("Your suites (@accuracy tests)", "<table class='sortable'><thead><tr>"
+                   "<th>test</th><th>status</th><th>reason</th></tr></thead>"
+                   f"<tbody>{rows}</tbody></table>", "suites")
 
 
 def _note(note: Path) -> str | None:

@@ -99,7 +99,7 @@ def tensor_row(result: NodeResult, t: TensorComparison) -> dict[str, Any]:
     if isinstance(m, TensorMetrics):
         row.update({col: _num(getattr(m, k)) for k, col in TENSOR_COLUMNS.items()})
     elif isinstance(m, StatsMetrics):
-        row.update({col: _num(getattr(m, k)) for k, col in STATS_COLUMNS.items()})
+        row.update({col: _stat(k, getattr(m, k)) for k, col in STATS_COLUMNS.items()})
     elif t.method == "md5":
         row.update({"NPU MD5": npu.md5, "BENCH MD5": bench.md5 if bench else None})
     for side, rec in (("NPU", npu), ("Bench", bench)):
@@ -114,6 +114,37 @@ def tensor_row(result: NodeResult, t: TensorComparison) -> dict[str, Any]:
     row["Err_message"] = t.judgement.detail
     row["NPU_Stack_Info"] = result.npu.stack_line()
     return row
+
+
+def _stat(key: str, value: Any) -> Any:
+    """Statistics relative errors in percent, as msprobe writes them under the same column
+    names (the JSON document keeps fractions under its snake_case keys)."""
+    value = _num(value)
+    if key.endswith("relative_err") and isinstance(value, (int, float)):
+        return value * 100.0
+    return value
+
+
+def node_status(node: dict[str, Any], first: dict[str, Any] | None = None) -> tuple[str, str]:
+    """The verdict the terminal gives a node, as the CSV's Status and Cause columns: first
+    divergence, makes an error, carried from X, pass, skipped, waived or error."""
+    status = node.get("status")
+    reason = str(node.get("reason") or "").splitlines()[0] if node.get("reason") else ""
+    if status == "fail" and node.get("first_divergence"):
+        cause = (first or {}).get("likely_cause") or _finding(node) or reason
+        return ("first divergence" if first is not None else "makes an error"), str(cause)
+    if status == "fail":
+        return "makes an error", _finding(node) or reason
+    if status == "carried":
+        return f"carried from {node.get('carried_from') or '?'}", reason
+    if status in ("unmatched", "skip"):
+        return "skipped", reason
+    return str(status), reason if status != "pass" else ""
+
+
+def _finding(node: dict[str, Any]) -> str:
+    findings = node.get("findings") or []
+    return str(findings[0].get("detail", "")) if findings else ""
 
 
 def _num(value: Any) -> Any:

@@ -18,6 +18,7 @@ from pytest_accuracy.compare.divergence import (
 from pytest_accuracy.report.records import node_record
 from pytest_accuracy.settings import setting
 from pytest_accuracy.suite import RECORD_KEY, AccuracyError, AccuracyGroup, AccuracyItem
+from pytest_accuracy.suite.messages import enclosing_line, mismatched_line, precision_hint
 from pytest_accuracy.suite.readahead import AHEAD_KEY
 from pytest_accuracy.suite.state import STATE_KEY
 from pytest_accuracy.text import escape_controls
@@ -87,6 +88,9 @@ def failure_lines(result: NodeResult, first: FirstDivergence | None) -> list[str
     for t in result.failing_outputs:
         lines.append(f"{t.path}: {t.judgement.detail}")
         m = t.metrics
+        mismatched = mismatched_line(t)
+        if mismatched:
+            lines.append(mismatched)
         index = getattr(m, "worst_index", None)
         if index is not None:
             lines.append(f"Greatest absolute difference: {getattr(m, 'max_abs_err', 0):.3g} "
@@ -96,15 +100,19 @@ def failure_lines(result: NodeResult, first: FirstDivergence | None) -> list[str
         lines.append("This node MAKES an error of its own: " + _how_made(first))
         if first.likely_cause and all(f.detail != first.likely_cause for f in result.findings):
             lines.append(f"Likely cause: {first.likely_cause}")
+    hint = precision_hint(result)
+    if hint:
+        lines.append(hint)
     if result.local is not None:
         lines.append(f"Local error (output vs float64 replay of its own inputs): "
                      f"{result.local.sentence()}")
     elif result.local_note:
         lines.append(f"Local error not measured: {result.local_note}")
     lines += ["", "Inputs vs outputs:", *evidence_lines(result)]
+    lines += [""] + [line for line in (enclosing_line(result.npu),) if line]
     stack = result.npu.stack_line()
     if stack:
-        lines += ["", f"Stack: {stack}"]
+        lines += [f"Stack: {stack}"]
     return lines
 
 

@@ -6,15 +6,8 @@ from typing import Any
 
 import pytest
 
+from pytest_accuracy.marker import marker_kwargs
 from pytest_accuracy.settings import loss_criteria
-
-
-def marker_kwargs(item: pytest.Item) -> dict[str, Any]:
-    """The merged marker keys, the closest marker winning."""
-    kwargs: dict[str, Any] = {}
-    for mark in reversed(list(item.iter_markers("accuracy"))):
-        kwargs.update(mark.kwargs)
-    return kwargs
 
 
 def assert_marker(item: pytest.Item) -> None:

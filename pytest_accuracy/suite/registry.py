@@ -34,7 +34,8 @@ def group_section(group: str, records: list[dict[str, Any]]) -> Any:
     if group == "precheck":
         return {"apis": [{k: r.get(k) for k in ("name", "status", "cosine", "max_abs", "reason")}
                          for r in records]}
-    return {"keys": [{k: v for k, v in r.items() if k != "group"} for r in records]}
+    rest = [{k: v for k, v in r.items() if k != "group"} for r in records]
+    return {"tests": rest} if group == "suites" else {"keys": rest}
 
 
 def group_criteria(groups: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:

@@ -60,6 +60,11 @@ class AccuracyResults:
         record = item.stash.get(RECORD_KEY, None)
         if record is not None and call.when == "call":
             del item.stash[RECORD_KEY]  # the report holds it now: one copy per node, not two
+        elif call.when == "call" or (call.when == "setup" and not report.passed):
+            record = _suite_record(item, report)  # a user's own @accuracy test, else None
+        else:
+            record = None
+        if record is not None:
             if self.worker or not _json_native(record):
                 # user_properties travel from xdist workers to the controller, as JSON text
                 report.user_properties.append(("accuracy", json.dumps(record, default=str)))
@@ -145,10 +150,15 @@ class AccuracyResults:
         _sort_failures(config)
         json_path = config.getoption("acc_json") or config.getini("acc_json")
         report_dir = config.getoption("acc_report") or config.getini("acc_report")
-        if json_path or report_dir:
-            self.write_outputs(int(exitstatus), json_path, report_dir)
+        from pytest_accuracy.suite.markdown_out import markdown_wanted, write_markdown
 
-    def write_outputs(self, exitstatus: int, json_path: Any, report_dir: Any) -> None:
+        markdown = markdown_wanted(config)
+        if json_path or report_dir or markdown:
+            doc = self.write_outputs(int(exitstatus), json_path, report_dir)
+            if markdown:
+                write_markdown(config, doc)
+
+    def write_outputs(self, exitstatus: int, json_path: Any, report_dir: Any) -> dict[str, Any]:
         self._in_order()
         state = self.config.stash[STATE_KEY]
         summary: dict[str, Any] = {"first_divergence": _public_first(self.first),
@@ -172,9 +182,10 @@ class AccuracyResults:
         if report_dir:
             out = Path(report_dir)
             out.mkdir(parents=True, exist_ok=True)
-            write_compare_csv(self.nodes, out)
+            write_compare_csv(self.nodes, out, self.first)
             images = _write_group_reports(self.config, self.groups, out)
             write_html(doc, out, images)
+        return doc
 
 
 def _index_teardown_reports(reporter: Any) -> None:
@@ -362,6 +373,12 @@ def _inputs(config: pytest.Config) -> dict[str, Any]:
             "waivers")
     return {k: (str(v) if not isinstance(v, list) else [str(x) for x in v])
             for k in keys if (v := setting(config, k))}
+
+
+def _suite_record(item: pytest.Item, report: pytest.TestReport) -> dict[str, Any] | None:
+    from pytest_accuracy.suite.suite_records import is_suite_test, suite_record
+
+    return suite_record(item, report) if is_suite_test(item) else None
 
 
 def _group_section(group: str, records: list[dict[str, Any]]) -> Any:

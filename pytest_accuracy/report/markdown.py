@@ -1,0 +1,55 @@
+"""A Markdown summary for a CI page (GitHub's job summary, a merge-request note): the verdict,
+the first divergence with its cause, and the top failures. Every string that comes from the
+inputs (node names, reasons, paths) is escaped: it can neither close a code span or a table
+cell nor inject HTML."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pytest_accuracy.text import escape_line
+
+# Markdown punctuation that could open a code span, emphasis or a link, and the cell separator
+# (every escaped string sits inside a line this module starts: no line-start markup to fear)
+_MARKUP = re.compile(r"([\\`*_\[\]|~])")
+_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+TOP_FAILURES = 10
+
+
+def md_text(value: object, max_chars: int = 400) -> str:
+    """``value`` as inert Markdown text on one line: HTML entities, punctuation backslashed."""
+    text = escape_line(value)
+    if len(text) > max_chars:
+        text = text[: max_chars - 3] + "..."
+    text = "".join(_HTML.get(c, c) for c in text)
+    return _MARKUP.sub(r"\\\1", text)
+
+
+def markdown_summary(doc: dict[str, Any], failures: list[tuple[str, str]],
+                     outcomes: dict[str, int]) -> str:
+    """The summary block. ``failures``: (node id, first line of its message), run order;
+    ``outcomes``: pytest's counts (passed, failed, ...)."""
+    verdict = str(doc.get("verdict", "fail")).upper()
+    mark = "✅" if verdict == "PASS" else "❌"
+    counts = ", ".join(f"{n} {k}" for k, n in outcomes.items() if n)
+    lines = [f"## {mark} pytest-accuracy: {verdict}", "",
+             f"Checked: {md_text(counts or 'nothing')}"]
+    compare = doc.get("compare") or {}
+    first = compare.get("first_divergence") if isinstance(compare, dict) else None
+    if first:
+        lines += ["", "### First divergence", "",
+                  f"**{md_text(first.get('npu_name'))}** (step {md_text(first.get('step'))}, "
+                  f"rank {md_text(first.get('rank'))}), {md_text(first.get('tensor'))}: "
+                  f"{md_text(first.get('reason'))}"]
+        if first.get("likely_cause"):
+            lines += ["", f"Likely cause: {md_text(first['likely_cause'])}"]
+        if first.get("stack"):
+            lines += ["", f"At: {md_text(first['stack'])}"]
+    if failures:
+        lines += ["", f"### Failures ({len(failures)})", "", "| test | message |", "|---|---|"]
+        lines += [f"| {md_text(node, 200)} | {md_text(message)} |"
+                  for node, message in failures[:TOP_FAILURES]]
+        if len(failures) > TOP_FAILURES:
+            lines += ["", f"... and {len(failures) - TOP_FAILURES} more (see the job log)."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,94 @@
+"""Every run mode reaches its report header, the JSON document and the summary (issue 26, item 2):
+precheck, config checklist, and a user's own @accuracy suite."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.helpers import ROOT, dump
+
+CONFIGS = ROOT / "example_data" / "configs"
+LOGS = ROOT / "example_data" / "logs"
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest("-p", "no:cacheprovider", *args)
+
+
+def header(pytester: pytest.Pytester) -> str:
+    html = (pytester.path / "rep" / "index.html").read_text()
+    found = re.search(r"<header class='(\w+)'><h1>(.*?)</h1><p>(.*?)</p></header>", html)
+    assert found is not None
+    return " | ".join(found.groups())
+
+
+def test_a_precheck_run_that_passes_says_so_in_the_header(pytester: pytest.Pytester) -> None:
+    result = run(pytester, f"--acc-npu={dump('pt_fp32', 'L1_tensor')}", "--acc-precheck",
+                 "--acc-report=rep")
+    assert result.ret == pytest.ExitCode.OK
+    assert re.fullmatch(r"pass \| pytest-accuracy: PASS \| Precheck: all \d+ APIs pass",
+                        header(pytester))
+
+
+def test_a_config_run_names_its_failed_keys_in_the_header(pytester: pytest.Pytester) -> None:
+    result = run(pytester, f"--acc-npu-config={CONFIGS / 'mindformers_llama2_7b_misaligned.yaml'}",
+                 f"--acc-bench-config={CONFIGS / 'megatron_llama2_7b.sh'}", "--acc-report=rep")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    text = header(pytester)
+    assert text.startswith("fail | pytest-accuracy: FAIL | Config: ")
+    assert re.search(r"Config: \d+ of \d+ checklist keys differ: \w+", text)
+    assert "nothing was checked" not in text
+
+
+def test_a_suite_reaches_the_json_the_report_and_the_summary(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=f"""
+        from pytest_accuracy import accuracy
+
+        @accuracy(npu=r"{dump('pt_bug', 'L1_tensor')}", bench=r"{dump('pt_fp32', 'L1_tensor')}")
+        def test_marker_only():
+            pass
+
+        @accuracy(npu=r"{dump('pt_bug', 'L1_tensor')}", bench=r"{dump('pt_fp32', 'L1_tensor')}")
+        def test_localised(acc_compare):
+            assert acc_compare.first_divergence.npu_name == "Tensor.__add__.5.forward"
+
+        @accuracy(npu_log=r"{LOGS / 'mindformers_npu.log'}",
+                  bench_logs=[r"{LOGS / 'megatron_bench_a.log'}"])
+        def test_logs(acc_npu_log, acc_bench_logs):
+            pass
+
+        def test_unrelated():
+            pass
+    """)
+    result = run(pytester, "--acc-json=acc.json", "--acc-report=rep")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    doc = json.loads((pytester.path / "acc.json").read_text())
+    tests = {t["name"].split("::")[-1]: t for t in doc["suites"]["tests"]}
+    assert set(tests) == {"test_marker_only", "test_localised", "test_logs"}
+    assert tests["test_marker_only"]["status"] == "fail"
+    assert tests["test_marker_only"]["reason"].startswith("test_marker_only (test_suite.py:")
+    assert tests["test_localised"]["status"] == "pass"
+    assert tests["test_localised"]["first_divergence"]["npu_name"] == "Tensor.__add__.5.forward"
+    assert tests["test_logs"]["inputs"]["npu_log"].endswith("mindformers_npu.log")
+    assert doc["verdict"] == "fail"
+    assert "Your suites: 1 of 3 tests fail" in header(pytester)
+    result.stdout.fnmatch_lines(["*= accuracy =*", "suites: 1 of 3 @accuracy tests failed:",
+                                 "  *test_marker_only*"])
+
+
+def test_a_suite_that_passes_is_a_pass_not_nothing_checked(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=f"""
+        from pytest_accuracy import accuracy
+
+        @accuracy(npu=r"{dump('pt_fp32', 'L1_tensor')}", bench=r"{dump('pt_fp32', 'L1_tensor')}")
+        def test_same():
+            pass
+    """)
+    result = run(pytester, "--acc-json=acc.json", "--acc-report=rep")
+    assert result.ret == pytest.ExitCode.OK
+    doc = json.loads((pytester.path / "acc.json").read_text())
+    assert doc["verdict"] == "pass" and doc["suites"]["tests"][0]["status"] == "pass"
+    assert header(pytester) == "pass | pytest-accuracy: PASS | Your suites: all 1 tests pass"
