@@ -48,3 +48,19 @@ def test_the_injected_bug_is_named(pytester: pytest.Pytester, case: Path, level:
     assert first["step"] == truth["step"]
     failed = [n["npu_name"] for n in compare["nodes"] if n["status"] == "fail"]
     assert failed and failed[0] == first["npu_name"] and len(failed) <= 2, failed
+    cause = CAUSES.get((case.name, level))
+    if cause is not None:  # the message says what kind of difference it is
+        assert cause in str(first.get("likely_cause")), first
+
+
+# the cause each class names, by case and level (the rest: the node is enough)
+CAUSES = {
+    ("act_gelu", "L1"): "another operation: npu Functional.gelu where the bench calls "
+                        "Functional.silu",
+    ("act_gelu", "L0"): "module class differs: npu GELUActivation vs bench SiLUActivation",
+    ("wo_transposed", "L0"): "its parameter weight differs from the bench's",
+    ("ms_rms_eps", "L1"): "non-tensor argument differs (input.1: 1e-05 vs bench 1e-06)",
+    ("ms_softmax_fp16", "L1"): "made by Tensor.to.0.forward, which only the NPU run records",
+    ("ms_mask_off_by_one", "L1"): "Mint.triu.0.forward made the differing input, and only the "
+                                  "NPU run records it",
+}
