@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from subset import export_subset  # beside this script (run as a script, its folder is on sys.path)
+
 HERE = Path(__file__).resolve().parent
 PT_SCRIPT = HERE.parent / "tinyllama_pt.py"
 MS_SCRIPT = HERE / "tinyllama_ms.py"
@@ -254,20 +256,6 @@ def make_truth(out: Path, case: str, levels: list[str]) -> dict[str, Any]:
     return truth
 
 
-def export(out: Path, dest: Path, subset: dict[str, tuple[str, ...]]) -> None:
-    """Copy the committed subset (both sides, step 0, its truth) to `dest`."""
-    for case, lvs in subset.items():
-        truth = json.loads((out / case / "truth.json").read_text())
-        truth["levels"] = {lv: t for lv, t in truth["levels"].items() if lv in lvs}
-        for lv in lvs:
-            for side in ("npu", "bench"):
-                dst = dest / case / side / lv
-                if dst.exists():
-                    shutil.rmtree(dst)
-                shutil.copytree(out / case / side / lv / "step0", dst / "step0")
-        (dest / case / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=".bench/zoo_ms")
@@ -284,7 +272,7 @@ def main() -> None:
     # absolute, but not through resolve(): a venv's python is a symlink that must stay one
     args.ms_python, args.pt_python = map(os.path.abspath, (args.ms_python, args.pt_python))
     if args.export:
-        export(out, Path(args.export), SUBSET)
+        export_subset(out, Path(args.export), SUBSET)
         return
     t0 = time.time()
     cases = [c for c in args.cases.split(",") if c]

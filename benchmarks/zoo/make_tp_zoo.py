@@ -28,6 +28,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from make_zoo import LEVELS, _files, _load, _same, first_diff, matches, same_nodes, steps  # noqa: E402
+from subset import export_subset  # noqa: E402
 
 V, D, FF, NLAYER, NH, NKV, B, T = 64, 32, 64, 2, 4, 2, 2, 8  # vocab, hidden, mlp, ..., seq
 EPS = 1e-6  # config rms_norm_eps on both sides
@@ -328,20 +329,6 @@ def truth_entry(case: str, level: str, out: Path, cached: dict[Run, Path]) -> di
     return entry
 
 
-def export(out: Path, dest: Path, cases: list[str]) -> None:
-    """Copy the committed subset (both sides, step 0, the SUBSET levels, truth) to `dest`."""
-    for c in cases:
-        truth = json.loads((out / c / "truth.json").read_text())
-        truth["levels"] = {lv: t for lv, t in truth["levels"].items() if lv in SUBSET[c]}
-        for lv in SUBSET[c]:
-            for side in ("npu", "bench"):
-                dst = dest / c / side / lv
-                if dst.exists():
-                    shutil.rmtree(dst)
-                shutil.copytree(out / c / side / lv / "step0", dst / "step0")
-        (dest / c / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=".bench/zoo_tp")
@@ -354,7 +341,8 @@ def main() -> None:
     args = ap.parse_args()
     out = Path(args.out)
     if args.export:
-        export(out, Path(args.export), [c for c in args.export_cases.split(",") if c])
+        cases = [c for c in args.export_cases.split(",") if c]
+        export_subset(out, Path(args.export), {c: SUBSET[c] for c in cases})
         return
     t0 = time.time()
     import torch
