@@ -15,6 +15,7 @@ from pytest_accuracy.dumps.layout import load_dumps
 from pytest_accuracy.dumps.model import Call, Dump, TensorRecord
 from pytest_accuracy.pairing.align import AlignmentResult, auto_align, auto_pairing
 from pytest_accuracy.pairing.backward import incomparable_backward
+from pytest_accuracy.pairing.mapping_yaml import load_mapping_yaml, read_mapping_yaml
 from pytest_accuracy.pairing.msprobe_mapping import (
     cell_mapping_pairing,
     layer_mapping_pairing,
@@ -24,8 +25,6 @@ from pytest_accuracy.pairing.naming import (
     Pairing,
     api_mapping_pairing,
     combine_pairings,
-    load_mapping_yaml,
-    read_mapping_yaml,
 )
 from tests.helpers import ROOT, dump
 

@@ -22,7 +22,7 @@ _READERS = {
     "dump": "from pytest_accuracy.dumps.layout import load_dumps as read",
     "log": "from pytest_accuracy.logs import read_log as read",
     "config": "from pytest_accuracy.configs.readers import read_config as read",
-    "mapping": "from pytest_accuracy.pairing.naming import load_mapping_yaml as read",
+    "mapping": "from pytest_accuracy.pairing.mapping_yaml import load_mapping_yaml as read",
     "cell_mapping": "from pytest_accuracy.pairing.msprobe_mapping import cell_mapping_pairing "
                     "as read",
     "part": "from pytest_accuracy.report.merge import load_part as read",

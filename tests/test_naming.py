@@ -9,6 +9,11 @@ import pytest
 from pytest_accuracy.dumps.layout import load_dumps
 from pytest_accuracy.dumps.model import Call, Dump
 from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.pairing.mapping_yaml import (
+    load_mapping_yaml,
+    read_mapping_yaml,
+    write_mapping_yaml,
+)
 from pytest_accuracy.pairing.msprobe_mapping import (
     cell_mapping_pairing,
     data_mapping_pairing,
@@ -25,10 +30,7 @@ from pytest_accuracy.pairing.naming import (
     complete_backward,
     fixed_pairing,
     load_api_map,
-    load_mapping_yaml,
     read_api_mapping,
-    read_mapping_yaml,
-    write_mapping_yaml,
 )
 from tests.helpers import ROOT, dump
 

@@ -13,7 +13,7 @@ from pytest_accuracy.compare.criteria import CompareCriteria, less_precise
 from pytest_accuracy.compare.diagnose import Context, diagnose
 from pytest_accuracy.compare.findings import scalar_diffs
 from pytest_accuracy.compare.judge import compare_all, records_of, settle
-from pytest_accuracy.compare.local import LocalError, local_error
+from pytest_accuracy.compare.local import LocalError, local_error, lower_precision_inputs
 from pytest_accuracy.compare.results import NodeResult
 from pytest_accuracy.dumps.model import FLOAT_EPS, Call, Dump, DumpSet, TensorRecord
 from pytest_accuracy.errors import AccuracyInputError
@@ -261,16 +261,14 @@ class Comparison:
                 return self.entries[origin][1].name
             entered.append(origin)
         first = prov.first_flag_before[index]
-        nothing_before = first is None or prov.origin(first) == index
-        if differing and len(entered) == len(differing) and nothing_before:
+        if first is not None and prov.origin(first) != index:
+            return self.entries[prov.origin(first)][1].name
+        if differing and len(entered) == len(differing):
             origins = sorted(set(entered))
             result.entered_after = [self.entries[i][1].name for i in origins]
             result.entered_through = [self.entries[i][1].name for i in origins
                                       if self.bench_call(i) is None]
-            return None
-        if first is None or nothing_before:
-            return None
-        return self.entries[prov.origin(first)][1].name
+        return None
 
     def _source(self, dump: Dump, record: TensorRecord, index: int,
                 depth: int = 0) -> tuple[bool, int] | None:
@@ -324,7 +322,7 @@ class Comparison:
             # NPU's replay called a bench-identical output "off" (a false own error). Also
             # spares the replay of data-movement and exact nodes.
             return "outputs bit-identical to the bench's: no error of its own to measure"
-        lower = _lower_precision_inputs(result, self.criteria.allowed_precisions)
+        lower = lower_precision_inputs(result.npu, result.bench, self.criteria.allowed_precisions)
         if lower is not None:
             # a float64 replay of inputs in fp16 measures fp16 arithmetic, not this node
             return (f"its inputs arrive in lower precision than the bench's ({lower}): the "
@@ -389,15 +387,3 @@ class Comparison:
         return ("no node of this name in the bench dump, and the alignment in effect found no "
                 "counterpart; name one in a mapping (--acc-mapping) if the bench has it")
 
-
-def _lower_precision_inputs(result: NodeResult, allowed: frozenset[tuple[str, str]]) -> str | None:
-    """``input.0 float16 vs bench float32``: the first input less precise than the bench's by
-    an undeclared change (a declared one is judged in its own band)."""
-    assert result.bench is not None
-    theirs = {r.path: r.dtype for r in result.bench.input_tensors}
-    for rec in result.npu.input_tensors:
-        other = theirs.get(rec.path)
-        if (other is not None and other != rec.dtype and (rec.dtype, other) not in allowed
-                and less_precise(rec.dtype, other) == rec.dtype):
-            return f"{rec.path} {rec.dtype} vs bench {other}"
-    return None

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pytest_accuracy.compare import replay
+from pytest_accuracy.compare.criteria import less_precise
 from pytest_accuracy.compare.fold import fold
 from pytest_accuracy.compare.norms import fit_pair, norm_kind
 from pytest_accuracy.dumps.model import FLOAT_EPS, Call, TensorRecord
@@ -166,3 +167,16 @@ def _ratio(diff: float, norm: float) -> float:
     if norm == 0.0:
         return 0.0 if diff == 0.0 else math.inf
     return diff / norm
+
+
+def lower_precision_inputs(npu: Call, bench: Call | None,
+                           allowed: frozenset[tuple[str, str]]) -> str | None:
+    """``input.0 float16 vs bench float32``: the first input less precise than the bench's by
+    an undeclared change (a declared one is judged in its own band)."""
+    theirs = {r.path: r.dtype for r in bench.input_tensors} if bench is not None else {}
+    for rec in npu.input_tensors:
+        other = theirs.get(rec.path)
+        if (other is not None and other != rec.dtype and (rec.dtype, other) not in allowed
+                and less_precise(rec.dtype, other) == rec.dtype):
+            return f"{rec.path} {rec.dtype} vs bench {other}"
+    return None

@@ -49,7 +49,6 @@ from pytest_accuracy.pairing.naming import (
     fixed_pairing,
     load_api_map,
     module_scope,
-    write_mapping_yaml,
 )
 
 DEFAULT_MIN_CONFIDENCE = 0.5
@@ -74,7 +73,9 @@ class AlignmentResult:
         return fixed_pairing(self.pairs)
 
     def write_yaml(self, path: str | Path, source: str = "") -> Path:
-        """Our editable mapping file (``naming.write_mapping_yaml``); unmatched nodes as null."""
+        """Our editable mapping file (``mapping_yaml.write_mapping_yaml``); unmatched as null."""
+        from pytest_accuracy.pairing.mapping_yaml import write_mapping_yaml
+
         return write_mapping_yaml(
             self.pairs,
             self.evidence,

@@ -22,7 +22,6 @@ from pytest_accuracy.pairing.naming import (
     load_yaml,
     module_scope,
     read_api_mapping,
-    read_mapping_yaml,
     str_map,
 )
 
@@ -218,6 +217,8 @@ def pairing_from_file(path: str | Path) -> Pairing:
     """
     doc = load_yaml(path, "mapping")
     if isinstance(doc, dict) and "pairs" in doc:
+        from pytest_accuracy.pairing.mapping_yaml import read_mapping_yaml
+
         return read_mapping_yaml(path)
     if isinstance(doc, list):
         return api_mapping_pairing(read_api_mapping(path))
