@@ -71,11 +71,12 @@ def _log_paths(request: pytest.FixtureRequest) -> tuple[Any, list[Any]]:
 def acc_npu_log(request: pytest.FixtureRequest) -> Any:
     """The NPU training log as a ``LogTable`` (``.frame``: step-indexed loss, grad_norm, ...)."""
     from pytest_accuracy.logs import read_log
+    from pytest_accuracy.settings import log_reading
 
     npu, _ = _log_paths(request)
     if npu is None:
         pytest.skip("no NPU log given (--acc-npu-log, ini acc_npu_log or @accuracy(npu_log=...))")
-    return read_log(npu)
+    return read_log(npu, **log_reading(request.config))
 
 
 @pytest.fixture
@@ -87,4 +88,6 @@ def acc_bench_logs(request: pytest.FixtureRequest) -> list[Any]:
     if not benches:
         pytest.skip("no bench log given (--acc-bench-log, ini acc_bench_log or "
                     "@accuracy(bench_logs=[...]))")
-    return [read_log(p) for p in benches]
+    from pytest_accuracy.settings import log_reading
+
+    return [read_log(p, **log_reading(request.config)) for p in benches]

@@ -6,8 +6,8 @@ import math
 import re
 from typing import Any, Literal
 
-Kind = Literal["path", "paths", "globs", "float", "int", "int_set", "window", "choice", "flag",
-               "dtype_pairs", "device"]
+Kind = Literal["path", "paths", "globs", "text", "float", "int", "int_set", "window", "choice",
+               "flag", "dtype_pairs", "device"]
 
 
 class Option:
@@ -33,7 +33,7 @@ class Option:
 
 
 _FORMS = {
-    "path": "PATH", "paths": "PATH (repeatable)", "globs": "GLOB (repeatable)",
+    "path": "PATH", "paths": "PATH (repeatable)", "globs": "GLOB (repeatable)", "text": "TEXT",
     "float": "a number, e.g. 0.01", "int": "an integer, e.g. 100",
     "int_set": "integers and ranges, e.g. '0,2-4'", "window": "'start:end', e.g. '100:2000'",
     "flag": "a flag (ini: true or false)",
@@ -97,8 +97,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("band-factor", "float", "loss: band width in multiples of the bench runs' own spread "
            "(default 2)"),
     Option("loss-steps", "window", "loss: inclusive step window 'start:end'"),
-    Option("log-tag", "path", "loss: TensorBoard scalar tag of the loss (a TAG, e.g. "
-           "'loss/train'; default: the common loss tags)"),
+    Option("log-tag", "text", "loss: TensorBoard scalar tag of the loss, e.g. 'loss/train' "
+           "(default: the common loss tags)"),
     Option("logging-steps", "int", "loss: the HF run's logging_steps, to number printed "
            "{'loss': ...} dicts when no trainer_state.json says their steps"),
     Option("relax-to-bench-noise", "flag", "loss: widen each threshold to the bench runs' spread "
@@ -119,7 +119,7 @@ class OptionValueError(ValueError):
 
 def parse_value(option: Option, value: Any, source: str) -> Any:
     """``value`` parsed for ``option``; ``source`` is the flag or ini key the user typed."""
-    if value is None or option.kind in ("path", "paths", "globs"):
+    if value is None or option.kind in ("path", "paths", "globs", "text"):
         return value
     text = str(value).strip()
     try:

@@ -40,7 +40,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                             metavar=option.form.split()[0], help=option.help)
         else:
             group.addoption(option.flag, dest=option.dest, default=None,
-                            metavar=option.form.split()[0] if option.kind == "path" else "VALUE",
+                            metavar=option.form.split()[0] if option.kind in ("path", "text")
+                            else "VALUE",
                             help=text)
         if option.kind in ("paths", "globs"):
             parser.addini(option.dest, option.help, type="linelist", default=None)

@@ -95,6 +95,14 @@ def float_setting(config: pytest.Config, name: str, marker: Mapping[str, Any] | 
                                 ) from None
 
 
+def log_reading(config: pytest.Config, marker: Mapping[str, Any] | None = None
+                ) -> dict[str, Any]:
+    """How logs are read: ``read_log``'s keywords from --acc-log-tag / --acc-logging-steps."""
+    tag = setting(config, "log_tag", marker)
+    return {"tag": str(tag) if tag else None,
+            "logging_steps": typed_setting(config, "logging_steps", marker)}
+
+
 def parse_int_set(text: str | None, what: str) -> set[int] | None:
     """'0,2-4' -> {0, 2, 3, 4}; None stays None (no selection)."""
     if not text:

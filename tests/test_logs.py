@@ -116,13 +116,15 @@ def test_megatron_golden_excerpt() -> None:
 
 
 def test_hf_printed_dicts() -> None:
-    t = read_log(SAMPLES / "hf_trainer_issue_lines.txt")
+    # printed dicts carry no step: with no trainer_state.json to say them, never silent 1..N
+    with pytest.raises(AccuracyInputError, match="--acc-logging-steps"):
+        read_log(SAMPLES / "hf_trainer_issue_lines.txt")
+    t = read_log(SAMPLES / "hf_trainer_issue_lines.txt", logging_steps=1)
     assert t.format == "hf-log"
     assert list(t.steps) == [1, 2, 3, 4, 5, 6, 7]
     assert row(t, 1)["loss"] == 10.5949 and row(t, 1)["grad_norm"] == 188.28981018066406
     assert row(t, 1)["lr"] == 4.5833333333333334e-05
     assert math.isnan(row(t, 5)["grad_norm"])  # bare nan in the repr
-    assert "numbered 1..N" in t.notes[0]
     t10 = read_log(SAMPLES / "hf_trainer_issue_lines.txt", logging_steps=10)
     assert list(t10.steps) == [10, 20, 30, 40, 50, 60, 70]
 
@@ -232,8 +234,10 @@ def test_crlf_and_megatron_truncated_mid_file(tmp_path: Path) -> None:
     text = "\r\n".join([line.format(1, "3.0E+00"), " iteration        2/     100 | lm lo"])
     text += "\r\n" + line.format(3, "2.0E+00") + "\r\n"
     t = read_log(write(tmp_path, "crlf.log", text))
-    assert list(t.steps) == [1, 2, 3]
-    assert list(t.frame["loss"].fillna(-1)) == [3.0, -1, 2.0]  # the cut line never eats line 3
+    # the cut record is no step (never a skipped step with a NaN loss) and never eats line 3
+    assert list(t.steps) == [1, 3]
+    assert list(t.frame["loss"]) == [3.0, 2.0]
+    assert any("cut step record" in note for note in t.notes)
 
 
 def test_tabular_aliases_csv_and_jsonl(tmp_path: Path) -> None:
@@ -396,10 +400,11 @@ def test_hf_printed_dicts_take_steps_from_the_runs_trainer_state(tmp_path: Path)
     t = read_log(log)
     assert list(t.steps) == [10, 20, 30, 40]
     assert t.notes[0] == "steps from checkpoint-30/trainer_state.json (printed HF dicts carry none)"
-    # A state of another run (other losses) is not used.
+    # A state of another run (other losses) is not used: refused, never numbered 1..N
     state["log_history"][0]["loss"] = 1.0
     (tmp_path / "trainer_state.json").write_text(json.dumps(state))
-    assert list(read_log(log).steps) == [1, 2, 3, 4]
+    with pytest.raises(AccuracyInputError, match="--acc-logging-steps"):
+        read_log(log)
 
 
 def test_torchtitan_coloured_console_log(tmp_path: Path) -> None:
@@ -422,7 +427,7 @@ def test_hf_printed_dicts_of_another_shape_are_read_as_literals(tmp_path: Path) 
     lines = [line.format(l=1 + i / 10, g=2 + i / 10) for i in range(20)]
     lines[7] = "{'loss': 1.7, 'aux_loss': 0.5, 'grad_norm': 2.7, 'learning_rate': 1e-05}\n"
     lines[9] = "{'loss': 1.9, 'grad_norm': 2.9, 'learning_rate': 1e-05, 'epoch': 0.1\n"  # cut
-    t = read_log(write(tmp_path, "train.log", "".join(lines)))
+    t = read_log(write(tmp_path, "train.log", "".join(lines)), logging_steps=1)
     assert len(t) == 19  # the cut dict is no record
     assert list(t.frame["loss"])[7] == 1.7 and list(t.frame["grad_norm"])[7] == 2.7
     assert list(t.frame["grad_norm"]) == [2 + i / 10 for i in range(20) if i != 9]

@@ -102,39 +102,55 @@ def _printed_steps(
 ) -> tuple[np.ndarray, str]:
     """Steps of the printed dicts: ``logging_steps`` if given, else the run's own
     ``trainer_state.json`` (beside the log or in its latest ``checkpoint-N``) when its
-    losses are the printed ones, else 1..N."""
+    losses are the printed ones (to the digits printed: current transformers prints
+    ``f"{v:.4g}"``), past its end at its ``logging_steps``; else a refusal."""
     n = len(loss)
     if logging_steps:
         note = f"printed HF dicts carry no step: step = order x logging_steps ({logging_steps})"
         return np.arange(1, n + 1, dtype=np.int64) * logging_steps, note
     state = _neighbour_state(path)
-    if state is not None:
-        name, steps, state_loss = state
-        m = min(n, len(steps))
-        if m and np.array_equal(state_loss[:m], loss[:m], equal_nan=True):
-            if m < n:  # the checkpoint is older than the log: go on at its interval
-                gap = int(np.median(np.diff(steps))) if len(steps) > 1 else int(steps[0])
-                steps = np.concatenate([steps[:m], steps[m - 1] + gap * np.arange(1, n - m + 1)])
-            return steps[:n], f"steps from {name} (printed HF dicts carry none)"
-    return (
-        np.arange(1, n + 1, dtype=np.int64),
-        "printed HF dicts carry no step: numbered 1..N in order (pass logging_steps)",
-    )
+    if state is None:
+        raise AccuracyInputError(path, "printed HF dicts carry no step number and no "
+                                 "trainer_state.json (beside the log or in checkpoint-*/) gives "
+                                 "them: pass logging_steps (--acc-logging-steps N)")
+    name, steps, state_loss, every = state
+    m = min(n, len(steps))
+    if not m or not _same_losses(state_loss[:m], loss[:m]):
+        raise AccuracyInputError(path, f"the losses of {name} are not the printed ones (another "
+                                 "run?): pass logging_steps (--acc-logging-steps N)")
+    if m < n:  # the checkpoint is older than the log: go on at its logging interval
+        gap = every or (int(np.median(np.diff(steps))) if len(steps) > 1 else int(steps[0]))
+        steps = np.concatenate([steps[:m], steps[m - 1] + gap * np.arange(1, n - m + 1)])
+    return steps[:n], f"steps from {name} (printed HF dicts carry none)"
 
 
-def _neighbour_state(path: Path) -> tuple[str, np.ndarray, np.ndarray] | None:
-    """(name, steps, losses) of the run's trainer_state.json: the one beside the log,
-    else the one of its latest ``checkpoint-N``; None when there is none or it is unreadable."""
+def _same_losses(state: np.ndarray, printed: np.ndarray) -> bool:
+    """The printed losses are the state's, as printed: equal, or equal at 4 significant
+    digits (``f"{v:.4g}"``); NaN where both are NaN."""
+    both_nan = np.isnan(state) & np.isnan(printed)
+    rounded = np.array([float(f"{v:.4g}") for v in state.tolist()])
+    same = (state == printed) | (rounded == printed) | both_nan
+    return bool(same.all())
+
+
+def _neighbour_state(path: Path) -> tuple[str, np.ndarray, np.ndarray, int | None] | None:
+    """(name, steps, losses, logging_steps) of the run's trainer_state.json: the one beside
+    the log, else the one of its latest ``checkpoint-N``; None when there is none or it is
+    unreadable."""
     here = path.parent / "trainer_state.json"
     checkpoints = sorted(path.parent.glob("checkpoint-*/trainer_state.json"), key=_checkpoint_step)
     found = here if here.is_file() else (checkpoints[-1] if checkpoints else None)
     if found is None:
         return None
     try:
-        table = parse_state(read_input_bytes(found), found)
-    except (AccuracyInputError, OSError):
+        raw = read_input_bytes(found)
+        table = parse_state(raw, found)
+        every = json.loads(raw).get("logging_steps")
+    except (AccuracyInputError, OSError, ValueError, AttributeError):
         return None
-    return str(found.relative_to(path.parent)), table.steps, table.frame["loss"].to_numpy()
+    every = every if isinstance(every, int) and every > 0 else None
+    name = str(found.relative_to(path.parent))
+    return name, table.steps, table.frame["loss"].to_numpy(), every
 
 
 def _checkpoint_step(state: Path) -> int:

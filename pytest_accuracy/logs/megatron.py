@@ -36,7 +36,8 @@ _STANDARD = {
 }
 _UNRELIABLE = "current loss is not reliable"
 # Megatron before v1.0 printed ' learning rate {:.3E} |', ' lm loss {:.6E} |': no colon.
-_NO_COLON = re.compile(rb"\| ([a-z][a-z_ ]*[a-z]) ([-+]?(?:\d|\.\d|nan|inf))")
+# The value must end its field (`` |``): ``| number of nan iterations: 0 |`` is no such field.
+_NO_COLON = re.compile(rb"\| ([a-z][a-z_ ]*[a-z]) ([-+]?(?:\d|\.\d|nan|inf)[^\s|:]*) +(?=\|)")
 
 
 def parse(data: bytes, path: Path) -> LogTable:
@@ -49,7 +50,7 @@ def parse(data: bytes, path: Path) -> LogTable:
     data, tail = cut_truncated_tail(data, _COMPLETE)
     notes = [tail] if tail else []
     if _NO_COLON.search(data[:_HEAD]):
-        data = _NO_COLON.sub(rb"| \1: \2", data)
+        data = _NO_COLON.sub(rb"| \1: \2 ", data)
         notes.append("2019-era Megatron fields without ':' ('| lm loss 6.7E+00 |') read")
     parsed = read_records(data, _ROW, _FIELDS)
     n, cols = len(parsed), parsed.values

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from pytest_accuracy.logs.fields import SEP, Columns, Fields
+from pytest_accuracy.logs.ranks import PlaceholderLoss
 from pytest_accuracy.logs.records import Records, read_records
 from pytest_accuracy.logs.table import (
     LogTable,
@@ -78,13 +79,40 @@ def parse(data: bytes, path: Path) -> LogTable:
     if not len(steps):
         raise no_steps(path, FORMAT)
     if np.isnan(cols["loss"]).any() and b"loss: N/A" in data:
-        notes.append("loss N/A on this rank (non-last pipeline stage): read the last stage's log")
+        steps, cols, skipped = _placeholders(path, data, steps, cols, skipped, notes)
     read = step_lines + local_lines
     read += data.count(b"is_skip:") if has_skip else 0
     ignored = count_lines(data) - read
     if ignored > 0:
         notes.append(f"{ignored} other line(s) ignored (not step records)")
     return finish(path, FORMAT, steps, cols, skipped, notes, local)
+
+
+def _placeholders(
+    path: Path,
+    data: bytes,
+    steps: np.ndarray,
+    cols: dict[str, np.ndarray],
+    skipped: np.ndarray,
+    notes: list[str],
+) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
+    """``loss: N/A (non-last PP stage ...)`` records (pynative trainer): refused when every
+    record is one, dropped where another record of the same step has the loss."""
+    fake = np.isnan(cols["loss"])
+    if data.count(_NON_LAST) >= len(steps):
+        raise PlaceholderLoss(path, "every loss is 'N/A (non-last PP stage)': this rank is not "
+                              "in the last pipeline stage; give the last stage's log")
+    covered = fake & np.isin(steps, steps[~fake])
+    notes.append("loss N/A on this rank (non-last pipeline stage): read the last stage's log")
+    if not covered.any():
+        return steps, cols, skipped
+    keep = ~covered
+    notes.append(f"{int(covered.sum())} N/A placeholder record(s) of steps logged with a loss "
+                 "ignored")
+    return steps[keep], {k: v[keep] for k, v in cols.items()}, skipped[keep]
+
+
+_NON_LAST = b"loss: N/A (non-last PP stage"
 
 
 def _skip_data(data: bytes, steps: np.ndarray, notes: list[str]) -> np.ndarray:

@@ -41,6 +41,9 @@ class LogTable:
     #: mark skipped.  The loss column holds NaN there (a dropped row); the curve checks fail
     #: on these unless the bench is non-finite or skipped on the same step.
     nonfinite: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
+    #: Validation / eval records (torchtitan ``validate step:``, Megatron ``validation loss at
+    #: iteration``), indexed by ``step`` with a ``loss`` column: kept apart, never steps.
+    validation: pd.DataFrame | None = None
 
     @property
     def steps(self) -> np.ndarray:
@@ -246,6 +249,15 @@ def _interval_note(steps: np.ndarray) -> str | None:
             "MindFormers sink mode prints only the last step of each sink"
         )
     return None
+
+
+def validation_frame(steps: Sequence[bytes], losses: Sequence[bytes]) -> pd.DataFrame | None:
+    """The validation series from raw step and loss texts (None when there is none)."""
+    if not steps:
+        return None
+    loss, _ = to_float(list(losses))
+    frame = pd.DataFrame({"loss": loss}, index=pd.Index(to_int(list(steps)), name="step"))
+    return frame[~frame.index.duplicated(keep="last")].sort_index()
 
 
 def no_steps(path: Path, fmt: str) -> AccuracyInputError:

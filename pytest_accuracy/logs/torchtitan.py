@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from pytest_accuracy.logs.fields import SEP, Columns, Fields
+from pytest_accuracy.logs.ranks import PlaceholderLoss
 from pytest_accuracy.logs.records import Records, read_records
 from pytest_accuracy.logs.table import (
     LogTable,
@@ -18,6 +20,7 @@ from pytest_accuracy.logs.table import (
     no_steps,
     to_float,
     to_int,
+    validation_frame,
 )
 
 FORMAT = "torchtitan"
@@ -35,6 +38,13 @@ _COMPLETE = re.compile(rb"%" + _C + rb"\s*$")
 # varies with the value); _STEP stays the definition and reads every line the scanner leaves.
 _RECORDS = Records(re.compile(rb"step:([^\n]*)"), b"step:", once=True)
 _KEY_COLOUR = re.compile(r"^\x1b\[[0-9;]*m")
+# ``Validator.validate`` (components/validate.py): f"{color.yellow}validate step: {step:2}  "
+# f"{color.green}loss: {loss:7.4f}  ...": a validation record, never a training step.
+_VALIDATE = re.compile(
+    rb"^[^\n]*validate step: *(\d+) +" + _C + rb"loss: *([^\s\x1b]+)[^\n]*(?:\n|\Z)", re.M
+)
+# Non-last pipeline stages have no loss: train.py logs ``torch.tensor([-1.0])`` for them.
+PLACEHOLDER = -1.0
 
 
 def _column(key: str) -> str | None:
@@ -54,17 +64,40 @@ _FIELDS = Fields(
 def parse(data: bytes, path: Path) -> LogTable:
     """Read torchtitan metric lines (ANSI colours and ``[rank0]:`` prefixes are ignored)."""
     data, tail = cut_truncated_tail(data, _COMPLETE)
+    validation = None
+    if b"validate step:" in data:
+        rows = _VALIDATE.findall(data)
+        validation = validation_frame([r[0] for r in rows], [r[1] for r in rows])
+        data = _VALIDATE.sub(b"", data)
     parsed = read_records(data, _RECORDS, _FIELDS, rest=_regex_rows)
     if not len(parsed):
         raise no_steps(path, FORMAT)
     notes = [tail] if tail else []
+    if validation is not None:
+        notes.append(f"{len(validation)} validation record(s) kept apart (table.validation)")
     if parsed.bad:
         notes.append(f"{parsed.bad} unparseable value(s) read as NaN")
     if (ignored := count_lines(data) - len(parsed)) > 0:
         notes.append(f"{ignored} other line(s) ignored")
     cols = {k: column_of(parsed.values, k, len(parsed)) for k in ("_step", "loss", "grad_norm")}
+    cols = _drop_placeholders(path, cols, notes)
     steps = cols.pop("_step").astype(np.int64)
-    return finish(path, FORMAT, steps, cols, notes=notes)
+    table = finish(path, FORMAT, steps, cols, notes=notes)
+    return replace(table, validation=validation) if validation is not None else table
+
+
+def _drop_placeholders(
+    path: Path, cols: dict[str, np.ndarray], notes: list[str]
+) -> dict[str, np.ndarray]:
+    """Records whose loss is the non-last-stage placeholder -1.0 are no steps of this rank."""
+    fake = cols["loss"] == PLACEHOLDER
+    if not fake.any():
+        return cols
+    if fake.all():
+        raise PlaceholderLoss(path, "every loss is torchtitan's -1.0 placeholder: this rank is "
+                              "not in the last pipeline stage; give the last stage's log")
+    notes.append(f"{int(fake.sum())} record(s) with the -1.0 placeholder loss ignored")
+    return {k: v[~fake] for k, v in cols.items()}
 
 
 def _regex_rows(data: bytes, starts: list[int] | None) -> Columns:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pytest_accuracy.settings import loss_criteria, path_setting, setting
+from pytest_accuracy.settings import log_reading, loss_criteria, path_setting, setting
 from pytest_accuracy.suite import RECORD_KEY, AccuracyError, AccuracyGroup, AccuracyItem
 from pytest_accuracy.text import escape_controls
 
@@ -27,7 +27,8 @@ def read_logs(config: pytest.Config) -> tuple[Any, list[Any]]:
         missing = "--acc-bench-log" if npu else "--acc-npu-log"
         raise AccuracyInputError(str(npu or bench_paths[0]),
                                  f"the migration standard needs both logs: {missing} is missing")
-    return read_log(npu), [read_log(p) for p in bench_paths]
+    how = log_reading(config)
+    return read_log(npu, **how), [read_log(p, **how) for p in bench_paths]
 
 
 class LossGroup(AccuracyGroup):

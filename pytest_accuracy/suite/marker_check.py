@@ -53,7 +53,7 @@ def _read_logs(item: pytest.Item, marker: dict[str, Any]) -> tuple[Any, list[Any
     from pathlib import Path
 
     from pytest_accuracy.logs import read_log
-    from pytest_accuracy.settings import path_setting, setting
+    from pytest_accuracy.settings import log_reading, path_setting, setting
 
     npu = path_setting(item.config, "npu_log", marker)
     benches = marker.get("bench_logs") or setting(item.config, "bench_logs") or []
@@ -64,7 +64,8 @@ def _read_logs(item: pytest.Item, marker: dict[str, Any]) -> tuple[Any, list[Any
                                                                         "--acc-bench-log")
         pytest.fail(f"{item.name}: @accuracy names a training log but no {key}: add "
                     f"@accuracy({key}=...) or {flag}=PATH", pytrace=False)
-    return read_log(npu), [read_log(Path(str(b))) for b in benches]
+    how = log_reading(item.config, marker)
+    return read_log(npu, **how), [read_log(Path(str(b)), **how) for b in benches]
 
 
 def _compare_lines(item: pytest.Item, marker: dict[str, Any], funcargs: dict[str, Any]
