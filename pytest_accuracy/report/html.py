@@ -96,9 +96,20 @@ def _merge(merge: dict[str, Any]) -> str:
 def _inputs(doc: dict[str, Any]) -> str:
     from pytest_accuracy.report.html_page import section
 
-    rows = "".join(f"<tr><td>{esc(k)}</td><td><code>{esc(v)}</code></td></tr>"
-                   for k, v in (doc.get("inputs") or {}).items())
+    inputs = doc.get("inputs")
+    rows = "".join(f"<tr><td class='key'>{esc(k)}</td><td>{_input_value(v)}</td></tr>"
+                   for k, v in (inputs.items() if isinstance(inputs, dict) else []))
     return section("Inputs", f"<table>{rows}</table>", "inputs")
+
+
+def _input_value(value: Any) -> str:
+    """One path as code; several (two bench logs) as a list of paths, never a Python repr."""
+    from pytest_accuracy.report.html_compare import breakable
+
+    if isinstance(value, (list, tuple)):
+        items = "".join(f"<li><code>{breakable(v)}</code></li>" for v in value)
+        return f"<ul class='paths'>{items}</ul>"
+    return f"<code>{breakable(value)}</code>"
 
 
 def _footer(doc: dict[str, Any], out_dir: Path) -> str:

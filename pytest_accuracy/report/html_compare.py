@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -11,6 +12,7 @@ from pytest_accuracy.report.html_page import esc, filter_controls, fmt, section
 from pytest_accuracy.report.svg import COLOURS, Point, error_chart
 
 _MAX_CHARTS = 8
+_BREAK = re.compile(r"([./])(?=[^\d\s])")
 STATUSES = ("fail", "carried", "pass", "waived", "unmatched", "skip", "error")
 
 
@@ -145,12 +147,22 @@ def _charts(nodes: list[dict[str, Any]], criteria: dict[str, Any],
 
 
 def _legend() -> str:
-    items = [("fail", "fails on its own"), ("carried", "carries an earlier error (hollow)"),
-             ("pass", "passes"), ("waived", "waived"), ("tolerance", "tolerance of its dtype")]
-    return "<p class='legend'>" + "".join(
-        f"<span><i style='background:{COLOURS[k]}'></i>{esc(t)}</span>" for k, t in items
-    ) + ("<span>exact matches sit in the 0 lane, infinite errors in the inf lane; hover a "
-         "point for its node</span></p>")
+    """One swatch per marker, drawn like the marker: filled, hollow (carried) or a line."""
+    items = [("first", "first divergence", "dot"), ("fail", "fails on its own", "dot"),
+             ("carried", "carries an earlier error (hollow)", "ring"),
+             ("pass", "passes", "dot"), ("waived", "waived", "dot"),
+             ("tolerance", "tolerance of its dtype", "line")]
+    swatches = "".join(
+        f"<span><i class='{shape}' style='{_swatch_style(shape, COLOURS[k])}'></i>{esc(t)}</span>"
+        for k, t, shape in items)
+    return (f"<p class='legend'>{swatches}</p><p class='hint'>Exact matches sit in the 0 lane, "
+            "infinite errors in the inf lane; hover a point for its node.</p>")
+
+
+def _swatch_style(shape: str, colour: str) -> str:
+    if shape == "ring":
+        return f"background:white;border:1.5px solid {colour}"
+    return f"background:{colour}"
 
 
 def _is_first(node: dict[str, Any], first: dict[str, Any] | None) -> bool:
@@ -187,26 +199,52 @@ def _node_table(nodes: list[dict[str, Any]], criteria: dict[str, Any]) -> str:
     rows = [_node_row(i, n, criteria) for i, n in enumerate(nodes)]
     head = "".join(f"<th>{esc(c)}</th>" for c in _COLUMNS)
     return (filter_controls("nodes-table", present, len(nodes))
-            + "<div class='scroll'><table id='nodes-table' class='sortable mono'><thead><tr>"
-            + head + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
+            + "<div class='scroll'><table id='nodes-table' class='sortable mono nodes'><thead>"
+            "<tr>" + head + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
+
+
+def breakable(name: Any) -> str:
+    """Escaped text that may break after a dot or slash, never inside a number (``0.95``)."""
+    return _BREAK.sub(r"\1<wbr>", esc(name))
 
 
 def _node_row(i: int, n: dict[str, Any], criteria: dict[str, Any]) -> str:
     status = str(n.get("status"))
-    error = node_error(n)
+    error, tolerance = node_error(n), node_tolerance(n, criteria)
     why = n.get("finding") or (f"carried from {n['carried_from']}" if n.get("carried_from")
                                else "")
-    cells = [str(i), esc(n["step"]), esc(n["rank"]), esc(n["npu_name"]), esc(n.get("bench_name")),
-             f"<span class='s-{esc(status)}'>{esc(status)}</span>", esc(n.get("effective_dtype")),
-             esc(n.get("tensor")), fmt(error), fmt(node_tolerance(n, criteria)),
-             fmt(n.get("cosine")), fmt(n.get("max_abs_err")), esc(why),
-             esc(n.get("waiver") or n.get("reason"))]
-    sort_values = {8: error, 9: node_tolerance(n, criteria)}
-    tds = "".join(
-        f"<td data-v='{_sort_key(sort_values[j])}' class='num'>{c}</td>" if j in sort_values
-        else f"<td>{c}</td>" for j, c in enumerate(cells))
-    first = " class='first'" if n.get("first_divergence") else ""
-    return f"<tr data-status='{esc(status)}'{first}>{tds}</tr>"
+    reason = esc(n.get("waiver") or n.get("reason"))
+    compact = status == "carried"
+    tds = [_td(str(i), "num"), _td(esc(n["step"]), "num"), _td(esc(n["rank"]), "num"),
+           _td(esc(n["npu_name"]), "name"), _bench_cell(n),
+           f"<td><span class='s-{esc(status)}'>{esc(status)}</span></td>",
+           _td(esc(n.get("effective_dtype"))), _td(esc(n.get("tensor")), "name"),
+           f"<td data-v='{_sort_key(error)}' class='num'>{fmt(error)}</td>",
+           f"<td data-v='{_sort_key(tolerance)}' class='num'>{fmt(tolerance)}</td>",
+           _td(fmt(n.get("cosine")), "num"), _td(fmt(n.get("max_abs_err")), "num"),
+           _td(_clipped(esc(why), esc(why)) if compact else breakable(why), "why"),
+           _td(_clipped(reason, reason) if compact else reason, "text")]
+    classes = " ".join(c for c, on in (("first", n.get("first_divergence")),
+                                       ("compact", compact)) if on)
+    cls = f" class='{classes}'" if classes else ""
+    return f"<tr data-status='{esc(status)}'{cls}>{''.join(tds)}</tr>"
+
+
+def _clipped(content: str, title: str) -> str:
+    """One line cut with an ellipsis (the compact carried rows); the whole text on hover."""
+    return f"<div class='clip' title='{title}'>{content}</div>"
+
+
+def _td(content: str, cls: str = "") -> str:
+    return f"<td class='{cls}'>{content}</td>" if cls else f"<td>{content}</td>"
+
+
+def _bench_cell(n: dict[str, Any]) -> str:
+    """The bench node's name; ``= NPU`` where it is the NPU node's own name (most rows)."""
+    bench = n.get("bench_name")
+    if bench is not None and str(bench) == str(n["npu_name"]):
+        return "<td class='same' title='same name as the NPU node'>= NPU</td>"
+    return _td(esc(bench), "name")
 
 
 def _sort_key(value: float | None) -> str:

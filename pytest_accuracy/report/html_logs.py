@@ -6,7 +6,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from pytest_accuracy.report.html_compare import number
+from pytest_accuracy.report.html_compare import breakable, number
 from pytest_accuracy.report.html_page import esc, fmt, section
 from pytest_accuracy.report.svg import bar_chart
 
@@ -77,10 +77,11 @@ def config_section(config: dict[str, Any]) -> str:
     keys: list[dict[str, Any]] = config.get("keys") or []
     failed = [k for k in keys if k.get("status") in ("fail", "missing")]
     rows = "".join(
-        f"<tr data-status='{esc(k.get('status'))}'><td><code>{esc(k.get('name'))}</code></td>"
+        f"<tr data-status='{esc(k.get('status'))}'><td><code>{_key(k.get('name'))}</code></td>"
         f"<td>{esc(k.get('category'))}</td><td><span class='s-{esc(k.get('status'))}'>"
-        f"{esc(k.get('status'))}</span></td><td>{esc(k.get('npu_value'))}</td>"
-        f"<td>{esc(k.get('bench_value'))}</td><td>{esc(k.get('summary'))}</td></tr>"
+        f"{esc(k.get('status'))}</span></td>{_value_cell(k.get('npu_value'))}"
+        f"{_value_cell(k.get('bench_value'))}"
+        f"<td class='msg'>{breakable(k.get('summary'))}</td></tr>"
         for k in sorted(keys, key=lambda k: k.get("status") not in ("fail", "missing")))
     return section(f"Config checklist: {len(failed)} of {len(keys)} keys fail",
                    "<table class='sortable'><thead><tr><th>key</th><th>category</th>"
@@ -88,14 +89,26 @@ def config_section(config: dict[str, Any]) -> str:
                    f"<tbody>{rows}</tbody></table>", "config")
 
 
+def _key(name: Any) -> str:
+    """A checklist key that may break after its underscores and dots on a narrow screen."""
+    return breakable(name).replace("_", "_<wbr>")
+
+
+def _value_cell(value: Any) -> str:
+    """A config value: a number stays on one line, text may wrap anywhere (long paths)."""
+    cls = "val nowrap" if number(value) is not None else "val"
+    return f"<td class='{cls}'>{esc(value)}</td>"
+
+
 def precheck_section(precheck: dict[str, Any]) -> str:
     apis: list[dict[str, Any]] = precheck.get("apis") or []
     failed = [a for a in apis if a.get("status") == "fail"]
     rows = "".join(
-        f"<tr data-status='{esc(a.get('status'))}'><td><code>{esc(a.get('name'))}</code></td>"
+        f"<tr data-status='{esc(a.get('status'))}'>"
+        f"<td class='name'><code>{esc(a.get('name'))}</code></td>"
         f"<td><span class='s-{esc(a.get('status'))}'>{esc(a.get('status'))}</span></td>"
         f"<td class='num'>{fmt(a.get('cosine'))}</td><td class='num'>{fmt(a.get('max_abs'))}</td>"
-        f"<td>{esc(a.get('reason'))}</td></tr>" for a in apis)
+        f"<td class='text'>{esc(a.get('reason'))}</td></tr>" for a in apis)
     return section(f"Precheck: {len(failed)} of {len(apis)} APIs fail",
                    "<div class='scroll'><table class='sortable'><thead><tr><th>API</th>"
                    "<th>verdict</th><th>cosine</th><th>max abs</th><th>reason</th></tr></thead>"

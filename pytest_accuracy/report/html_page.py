@@ -23,15 +23,25 @@ code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px}
 table{border-collapse:collapse;width:100%}
 th,td{padding:3px 8px;text-align:left;border-bottom:1px solid #eee;vertical-align:top}
 th{background:#f3f3f3;position:sticky;top:0;cursor:pointer;user-select:none;white-space:nowrap}
-td.num{text-align:right;font-variant-numeric:tabular-nums}
+td.num{text-align:right}.num,td.num,td b{white-space:nowrap;font-variant-numeric:tabular-nums}
+.nowrap,td.name{white-space:nowrap}td.text,td.why,td.msg,td.val{overflow-wrap:anywhere}
+td.why{min-width:6em}td.val{min-width:5em}table.nodes td.text{min-width:12em}
+table.nodes td,table.nodes th{padding:2px 5px}
+tr.compact td{padding-top:0;padding-bottom:0;color:#616161}table td.same{color:#9e9e9e}
+.clip{width:0;min-width:100%;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
 .s-pass{color:#2e7d32;font-weight:600}.s-fail,.s-error{color:#c62828;font-weight:600}
 .s-carried{color:#e57373}.s-skip,.s-unmatched{color:#757575}.s-waived{color:#f9a825}
 tr.first td{background:#f3e5f5}
-.legend span{margin-right:14px;white-space:nowrap}
-.legend i{display:inline-block;width:10px;height:10px;border-radius:50%;margin-right:4px}
+.legend{display:flex;flex-wrap:wrap;gap:2px 16px;margin:4px 0}.legend span{white-space:nowrap}
+.legend i{display:inline-block;box-sizing:border-box;width:10px;height:10px;border-radius:50%;
+margin-right:5px}.legend i.line{height:3px;width:14px;border-radius:0;vertical-align:middle}
+.hint{color:#616161;font-size:12.5px;margin:0 0 6px}
 .chart{background:white}.chart .grid{stroke:#eee}.chart .ax{font-size:11px;fill:#555}
 .chart .ct{font-size:13px;font-weight:600;fill:#222}
-.controls{margin:6px 0 8px}.controls input{width:320px}.controls *{margin-right:8px}
+@media (max-width:1000px){.chart .ax{font-size:15px}.chart .ct{font-size:18px}}
+.controls{margin:6px 0 8px;display:flex;flex-wrap:wrap;gap:6px 8px;align-items:center}
+.controls input{width:320px;max-width:100%}
+ul.paths{margin:0;padding-left:18px}td.key{width:1%;white-space:nowrap}
 .note{background:#fff8e1;border:1px solid #ffe082;padding:8px 12px;border-radius:4px}
 .tree details{margin-left:16px}.tree summary{cursor:pointer}
 .sw{display:inline-block;width:10px;height:10px;margin-right:6px;border-radius:2px}

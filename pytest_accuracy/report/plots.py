@@ -8,7 +8,15 @@ from typing import Any
 
 import numpy as np
 
-from pytest_accuracy.curves import DEFAULT, LossCriteria, bench_band, compare_local_norms, pair
+from pytest_accuracy.curves import (
+    DEFAULT,
+    LossCriteria,
+    bench_band,
+    compare_local_norms,
+    effective_criteria,
+    find_divergence_step,
+    pair,
+)
 from pytest_accuracy.errors import AccuracyInputError, require
 from pytest_accuracy.logs.table import LogTable
 
@@ -25,20 +33,25 @@ def plot_loss_report(
     benches: Sequence[LogTable],
     out_dir: str | Path,
     criteria: LossCriteria = DEFAULT,
+    divergence_step: int | None = None,
 ) -> list[Path]:
     """Write the PNGs for ``npu`` vs ``benches`` into ``out_dir`` and return their paths.
 
     Always ``loss.png`` and ``loss_diff.png``; ``grad_norm.png`` when both runs
     logged a grad norm; ``local_norm.png`` when both have per-parameter norms.
+    ``loss_diff.png`` marks the step the curves diverge from: ``divergence_step``, or where
+    not given the step the ``divergence`` check finds (the one the report names).
     """
     if not benches:
         raise ValueError("plot_loss_report needs at least one bench run")
+    if divergence_step is None:
+        divergence_step = find_divergence_step(npu, benches, effective_criteria(benches, criteria))
     plt = _pyplot()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = [
         _loss_overlay(plt, npu, benches, out / "loss.png", criteria),
-        _loss_diff(plt, npu, benches, out / "loss_diff.png", criteria),
+        _loss_diff(plt, npu, benches, out / "loss_diff.png", criteria, divergence_step),
     ]
     if all(np.isfinite(t.frame["grad_norm"].to_numpy(np.float64)).any() for t in (npu, benches[0])):
         written.append(_grad_norm(plt, npu, benches, out / "grad_norm.png"))
@@ -81,7 +94,12 @@ def _loss_overlay(
 
 
 def _loss_diff(
-    plt: Any, npu: LogTable, benches: Sequence[LogTable], path: Path, criteria: LossCriteria
+    plt: Any,
+    npu: LogTable,
+    benches: Sequence[LogTable],
+    path: Path,
+    criteria: LossCriteria,
+    divergence_step: int | None = None,
 ) -> Path:
     """npu - bench0 per step, the bench runs' own differences and the widened band around 0."""
     fig, ax = plt.subplots(figsize=(9, 4.5))
@@ -101,9 +119,16 @@ def _loss_diff(
     ax.plot(p.steps, tol, ls="--", lw=0.8, color="C1", label="per-step tolerance")
     ax.plot(p.steps, -tol, ls="--", lw=0.8, color="C1")
     ax.axhline(0.0, color="k", lw=0.6)
+    if divergence_step is not None:
+        mark_divergence(ax, divergence_step)
     ax.set(xlabel="step", ylabel="loss difference", title="Loss difference (NPU - bench)")
     ax.legend(fontsize=8)
     return _save(plt, fig, path)
+
+
+def mark_divergence(ax: Any, step: int) -> Any:
+    """A dashed vertical line at ``step``, in the legend as "diverges from step N"."""
+    return ax.axvline(step, color="#6a1b9a", ls="--", lw=1.2, label=f"diverges from step {step}")
 
 
 def _grad_norm(plt: Any, npu: LogTable, benches: Sequence[LogTable], path: Path) -> Path:

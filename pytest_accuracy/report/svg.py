@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 COLOURS = {"pass": "#2e7d32", "fail": "#c62828", "carried": "#ef9a9a", "first": "#6a1b9a",
            "skip": "#9e9e9e", "unmatched": "#9e9e9e", "waived": "#f9a825", "error": "#000000",
            "tolerance": "#1565c0"}
+
+_LANE = 18  # how far the 0 and inf lanes sit below and above the plot
 
 
 @dataclass(frozen=True)
@@ -33,13 +35,14 @@ def _log_range(values: Sequence[float]) -> tuple[float, float]:
 
 
 def error_chart(points: Sequence[Point], *, first_x: int | None, title: str,
-                width: int = 1100, height: int = 300) -> str:
+                width: int = 1100, height: int = 340) -> str:
     """Errors along execution order on a log axis, the per-dtype tolerance as a step line.
 
     Zero errors sit on the bottom edge and infinite ones on the top edge, so every compared
-    node is visible; the first divergence is a vertical line.
+    node is visible; the first divergence is a vertical line, labelled above the inf lane so
+    the label covers no point; the x axis is labelled with node indices.
     """
-    left, right, top, bottom = 64, 12, 40, 46
+    left, right, top, bottom = 64, 16, 66, 64
     plot_w, plot_h = width - left - right, height - top - bottom
     values = [p.error for p in points if p.error is not None]
     values += [p.tolerance for p in points if p.tolerance]
@@ -52,47 +55,88 @@ def error_chart(points: Sequence[Point], *, first_x: int | None, title: str,
     def sy(v: float) -> float:
         # zero and inf get lanes of their own below and above the axis
         if v <= 0:
-            return top + plot_h + 12
+            return top + plot_h + _LANE
         if not math.isfinite(v):
-            return top - 12
+            return top - _LANE
         frac = (math.log10(v) - lo) / (hi - lo)
         return top + plot_h * (1 - min(max(frac, 0.0), 1.0))
 
     out = [f"<svg class='chart' viewBox='0 0 {width} {height}' width='100%' role='img' "
            f"aria-label='{html.escape(title)}'>",
-           f"<text x='{left}' y='14' class='ct'>{html.escape(title)}</text>"]
-    for exp in range(int(lo), int(hi) + 1):
-        y = sy(10.0 ** exp)
-        out.append(f"<line x1='{left}' x2='{width - right}' y1='{y:.1f}' y2='{y:.1f}' "
-                   "class='grid'/>")
-        out.append(f"<text x='{left - 6}' y='{y + 4:.1f}' class='ax' text-anchor='end'>"
-                   f"1e{exp}</text>")
-    for label, y in (("0", sy(0.0)), ("inf", sy(math.inf))):
-        out.append(f"<text x='{left - 6}' y='{y + 4:.1f}' class='ax' text-anchor='end'>"
-                   f"{label}</text>")
+           f"<text x='{left}' y='16' class='ct'>{html.escape(title)}</text>"]
+    out += _y_axis(range(int(lo), int(hi) + 1), sy, left, width - right)
     out.append(_tolerance_path(points, sx, sy))
+    out += _x_axis(len(points), sx, top + plot_h + _LANE + 20)
+    out.append(f"<text x='{left + plot_w / 2:.0f}' y='{height - 6}' class='ax' "
+               "text-anchor='middle'>node index, in execution order</text>")
     if first_x is not None:
-        x = sx(first_x)
-        out.append(f"<line x1='{x:.1f}' x2='{x:.1f}' y1='{top - 16}' y2='{top + plot_h + 16}' "
-                   f"stroke='{COLOURS['first']}' stroke-width='1.5' stroke-dasharray='4 3'/>")
-        out.append(f"<text x='{x + 4:.1f}' y='{top + 10}' class='ax' "
-                   f"fill='{COLOURS['first']}'>first divergence</text>")
-    for p in points:
-        if p.error is None:
-            continue
-        colour = COLOURS.get(p.status, "#000")
-        hollow = p.status == "carried"
-        fill = "white" if hollow else colour
-        out.append(f"<circle cx='{sx(p.x):.1f}' cy='{sy(p.error):.1f}' r='3' fill='{fill}' "
-                   f"stroke='{colour}'><title>{html.escape(p.label)}</title></circle>")
-    out.append(f"<text x='{left + plot_w / 2:.0f}' y='{height - 4}' class='ax' "
-               "text-anchor='middle'>node, in execution order</text>")
+        out += _first_marker(sx(first_x), top, plot_h, width - right)
+    out += [_circle(p, sx(p.x), sy(p.error)) for p in points if p.error is not None]
     out.append("</svg>")
     return "".join(out)
 
 
-def _tolerance_path(points: Sequence[Point], sx: object, sy: object) -> str:
-    assert callable(sx) and callable(sy)
+def _y_axis(exponents: range, sy: Callable[[float], float], x0: int, x1: int) -> list[str]:
+    out = []
+    stride = math.ceil(len(exponents) / 8)  # at most 8 labels: legible on a narrow screen
+    for exp in exponents:
+        y = sy(10.0 ** exp)
+        out.append(f"<line x1='{x0}' x2='{x1}' y1='{y:.1f}' y2='{y:.1f}' class='grid'/>")
+        if (exponents[-1] - exp) % stride == 0:
+            out.append(f"<text x='{x0 - 6}' y='{y + 4:.1f}' class='ax' text-anchor='end'>"
+                       f"1e{exp}</text>")
+    for label, y in (("0", sy(0.0)), ("inf", sy(math.inf))):
+        out.append(f"<text x='{x0 - 6}' y='{y + 4:.1f}' class='ax' text-anchor='end'>"
+                   f"{label}</text>")
+    return out
+
+
+def x_ticks(count: int, most: int = 12) -> list[int]:
+    """Node indices to label: 0 and round multiples (1, 2, 5 x 10^k), at most ``most``."""
+    if count <= 0:
+        return []
+    step = next(s for s in _nice_steps() if count / s <= most)
+    return list(range(0, count, step))
+
+
+def _nice_steps() -> Iterator[int]:
+    scale = 1
+    while True:
+        for factor in (1, 2, 5):
+            yield factor * scale
+        scale *= 10
+
+
+def _x_axis(count: int, sx: Callable[[int], float], y: float) -> list[str]:
+    out = []
+    for i in x_ticks(count):
+        x = sx(i)
+        out.append(f"<line x1='{x:.1f}' x2='{x:.1f}' y1='{y - 13:.1f}' y2='{y - 9:.1f}' "
+                   "stroke='#999'/>")
+        out.append(f"<text x='{x:.1f}' y='{y:.1f}' class='ax' text-anchor='middle'>{i}</text>")
+    return out
+
+
+def _first_marker(x: float, top: int, plot_h: int, x_max: int) -> list[str]:
+    """The dashed line through the plot and its label above the inf lane, clear of points."""
+    near_right = x > x_max - 120
+    anchor, dx = ("end", -4) if near_right else ("start", 4)
+    return [f"<line x1='{x:.1f}' x2='{x:.1f}' y1='{top - 38}' y2='{top + plot_h + _LANE + 6}' "
+            f"stroke='{COLOURS['first']}' stroke-width='1.5' stroke-dasharray='4 3'/>",
+            f"<text x='{x + dx:.1f}' y='{top - 32}' class='ax' text-anchor='{anchor}' "
+            f"fill='{COLOURS['first']}'>first divergence</text>"]
+
+
+def _circle(p: Point, x: float, y: float) -> str:
+    colour = COLOURS.get(p.status, "#000")
+    fill = "white" if p.status == "carried" else colour
+    radius = 4.5 if p.status == "first" else 3
+    return (f"<circle cx='{x:.1f}' cy='{y:.1f}' r='{radius}' fill='{fill}' stroke='{colour}'>"
+            f"<title>{html.escape(p.label)}</title></circle>")
+
+
+def _tolerance_path(points: Sequence[Point], sx: Callable[[int], float],
+                    sy: Callable[[float], float]) -> str:
     segments: list[str] = []
     for p in points:
         if not p.tolerance:
