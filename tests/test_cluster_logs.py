@@ -169,3 +169,18 @@ def test_tensorboard_run_directories_refused_by_name_rank_directories_read(tmp_p
     _events(tmp_path / "mf" / "rank_1", {"loss": [(1, 3.25)]})
     table = read_log(tmp_path / "mf")
     assert list(table.frame["loss"]) == [3.25] and "rank_1" in table.notes[0]
+
+
+def test_an_epoch_era_mindformers_record_cut_before_its_loss_is_named(tmp_path: Path) -> None:
+    """Epoch-era MFLossMonitor lines show no end to rejoin them by: a line cut before its loss
+    (torchrun --tee, an interleaved writer) is dropped and named, never a NaN step."""
+    line = ("print_output_info: Epoch:[  1/  2], step:[{:5d}/29134], loss: {:.3f}, "
+            "time:68580.279 ms, lr:8e-08, overflow cond: False, loss_scale: 128.0")
+    lines = [line.format(s, 1 - s / 100) for s in range(1, 8)]
+    lines[3] = lines[3][: lines[3].index("loss")]  # step 4 cut before its loss
+    path = tmp_path / "worker_0.log"
+    path.write_text("\n".join(lines) + "\n")
+    table = read_log(path)
+    assert list(table.steps) == [1, 2, 3, 5, 6, 7]
+    assert table.notes == ("1 step record(s) cut before their loss dropped, e.g. "
+                           "'Epoch:[  1/  2], step:[    4/29134], '",)

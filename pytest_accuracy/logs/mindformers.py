@@ -84,8 +84,18 @@ def parse(data: bytes, path: Path) -> LogTable:
     read += data.count(b"is_skip:") if has_skip else 0
     ignored = count_lines(data) - read
     if ignored > 0:
-        notes.append(f"{ignored} other line(s) ignored (not step records)")
+        cut = [m.group() for m in _CUT_EPOCH.finditer(data)]
+        if cut:  # an Epoch-era record has no visible end to rejoin it by: named, never a step
+            notes.append(f"{len(cut)} step record(s) cut before their loss dropped, e.g. "
+                         f"{cut[0][:80].decode('utf-8', 'replace')!r}")
+        if ignored - len(cut) > 0:
+            notes.append(f"{ignored - len(cut)} other line(s) ignored (not step records)")
     return finish(path, FORMAT, steps, cols, skipped, notes, local)
+
+
+# An Epoch-era step line that ends before its loss (cut by a tee or an interleaved writer;
+# eval lines such as ``Epoch:[1/1], eval acc: [0.5]`` have no step)
+_CUT_EPOCH = re.compile(rb"Epoch:\[[^\n]*?step:\[(?![^\n]*loss)[^\n]*")
 
 
 def _placeholders(
