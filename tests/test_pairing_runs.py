@@ -105,3 +105,58 @@ def test_a_module_of_another_class_at_the_same_path_is_paired() -> None:
     name = "Module.model.layers.1.mlp.act_fn.GELUActivation.forward.0"
     assert result.pairs == {name: "Module.model.layers.1.mlp.act_fn.SiLUActivation.forward.0"}
     assert "class GELUActivation~SiLUActivation" in result.evidence[name]
+
+
+ZOO_TP = ROOT / "tests" / "data" / "zoo_tp" / "sdpa_vs_eager"
+
+
+def test_eager_attention_pairs_with_sdpa_as_a_region() -> None:
+    """transformers' eager attention (matmul, add mask, softmax, dropout, matmul) against
+    sdpa (one call): the region's last matmul pairs with sdpa, the boundary tensor compared;
+    its backward stays unpaired (other gradients)."""
+    from pytest_accuracy.dumps.layout import load_dumps
+
+    npu = load_dumps(ZOO_TP / "npu" / "L1").dumps[(0, 0)]
+    bench = load_dumps(ZOO_TP / "bench" / "L1").dumps[(0, 0)]
+    result = pair_runs(npu, bench)
+    assert {k: result.pairs[k] for k in result.regions} == {
+        "Torch.matmul.1.forward": "Functional.scaled_dot_product_attention.0.forward",
+        "Torch.matmul.3.forward": "Functional.scaled_dot_product_attention.1.forward"}
+    assert result.regions["Torch.matmul.1.forward"] == "6 calls, Torch.matmul .. Torch.matmul"
+    assert "Torch.matmul.1.backward" not in result.pairs
+    assert result.pairs.regions == result.regions  # what the compare reads
+
+
+def test_a_region_pair_is_compared_and_names_its_region(pytester, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import json
+    import shutil
+
+    torch = __import__("pytest").importorskip("torch")
+    npu = tmp_path / "npu"
+    shutil.copytree(ZOO_TP / "npu" / "L1", npu)
+    bench = ZOO_TP / "bench" / "L1"
+    out = pytester.path / "good.json"
+    assert pytester.runpytest(f"--acc-npu={npu}", f"--acc-bench={bench}", f"--acc-json={out}",
+                              "-p", "no:cacheprovider").ret == 0
+    node = next(n for n in json.loads(out.read_text())["compare"]["nodes"]
+                if n["npu_name"] == "Torch.matmul.1.forward")
+    assert (node["status"], node["bench_name"]) == (
+        "pass", "Functional.scaled_dot_product_attention.0.forward")
+    # the eager attention's output off by 1 %, its record's statistics with it
+    rank = next((npu / "step0").iterdir())
+    data = rank / "dump_tensor_data" / "Torch.matmul.1.forward.output.0.pt"
+    value = torch.load(data) * 1.01
+    torch.save(value, data)
+    doc = json.loads((rank / "dump.json").read_text())
+    record = doc["data"]["Torch.matmul.1.forward"]["output"][0]
+    record.update(Max=float(value.max()), Min=float(value.min()), Mean=float(value.mean()),
+                  Norm=float(value.norm()))
+    (rank / "dump.json").write_text(json.dumps(doc))
+    out = pytester.path / "bad.json"
+    assert pytester.runpytest(f"--acc-npu={npu}", f"--acc-bench={bench}", f"--acc-json={out}",
+                              "-p", "no:cacheprovider").ret == 1
+    first = json.loads(out.read_text())["compare"]["first_divergence"]
+    assert first["npu_name"] == "Torch.matmul.1.forward"
+    assert first["likely_cause"].startswith(
+        "compared with the region the bench computes instead (6 calls, Torch.matmul .. "
+        "Torch.matmul)")

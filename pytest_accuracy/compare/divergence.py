@@ -105,8 +105,10 @@ def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
     finding = result.findings[0] if result.findings else None
     # a parameter (weight, bias) is part of the node: one that differs makes its error here
     own_params = [t for t in result.inputs if not t.ok and t.path.startswith("parameters")]
-    appears = finding is not None or (bool(result.inputs) and all(
-        t.ok or t.path.startswith("parameters") for t in result.inputs))
+    # a region-node pair has no inputs to pair: its output is where the difference shows
+    appears = finding is not None or cmp.region_of(result.index) is not None or (
+        bool(result.inputs) and all(t.ok or t.path.startswith("parameters")
+                                    for t in result.inputs))
     reason = worst.judgement.detail if worst is not None and not worst.ok else ""
     if finding is not None:
         reason = f"{finding.detail}; {reason}" if reason and finding.kind != "argument" \
@@ -140,6 +142,10 @@ def _likely_cause(cmp: Comparison, result: NodeResult) -> str | None:
     for finding in result.findings:
         if finding.kind in ("argument", "precision"):
             return finding.detail
+    region = cmp.region_of(result.index)
+    if region is not None:
+        return (f"compared with the region the bench computes instead ({region}): the error "
+                f"is in {result.npu.name} or that region")
     if result.bench is not None:
         # another module class or op where the bench has its own (an aligned pair): said as
         # the cause, never a failure by itself (a renamed class, an equivalent kernel)

@@ -17,7 +17,7 @@ from pytest_accuracy.compare.local import LocalError, local_error, lower_precisi
 from pytest_accuracy.compare.results import NodeResult
 from pytest_accuracy.dumps.model import FLOAT_EPS, Call, Dump, DumpSet, TensorRecord
 from pytest_accuracy.errors import AccuracyInputError
-from pytest_accuracy.pairing.base import Pairing, pair_by_name
+from pytest_accuracy.pairing.base import Pairing, PairMap, pair_by_name
 
 _BLAS_LIMITED: list[object] = []
 
@@ -116,6 +116,9 @@ class Comparison:
     def _add_inputs(self, result: NodeResult) -> None:
         assert result.bench is not None
         _, call = self.entries[result.index]
+        if self.region_of(result.index) is not None:  # other ops' inputs: nothing to pair
+            result.inputs, result.inputs_checked = [], True
+            return
         criteria = self._criteria(result.index).with_waiver(result.waiver)
         dtype = self.effective_dtypes[result.index]
         inputs = call.input_tensors + call.parameters
@@ -137,6 +140,13 @@ class Comparison:
             self._pairs[key] = self.pairing(dump, bench_dump)
         name = self._pairs[key].get(call.name)
         return bench_dump.get(name) if name else None
+
+    def region_of(self, index: int) -> str | None:
+        """The region a region-node pair's call is compared with (in words), else None."""
+        dump, call = self.entries[index]
+        self.bench_call(index)  # pairs this step and rank
+        pairs = self._pairs.get((dump.step, dump.rank))
+        return pairs.regions.get(call.name) if isinstance(pairs, PairMap) else None
 
     def matched_share(self) -> float:
         if not self.entries:
@@ -204,7 +214,9 @@ class Comparison:
         settle(result)
         if result.status not in ("pass", "fail"):
             return result
-        result.findings = list(self.provenance.findings[index])
+        region = self.region_of(index)
+        # a fused call and the region it replaces differ in arguments and dtypes by design
+        result.findings = [] if region else list(self.provenance.findings[index])
         why = self._incomparable_backward(dump, call, bench) if result.status == "fail" else None
         if why is not None:
             result.status = "skip"
@@ -322,6 +334,8 @@ class Comparison:
             # NPU's replay called a bench-identical output "off" (a false own error). Also
             # spares the replay of data-movement and exact nodes.
             return "outputs bit-identical to the bench's: no error of its own to measure"
+        if self.region_of(result.index) is not None:
+            return "a region-node pair: each side's replay would measure another computation"
         lower = lower_precision_inputs(result.npu, result.bench, self.criteria.allowed_precisions)
         if lower is not None:
             # a float64 replay of inputs in fp16 measures fp16 arithmetic, not this node

@@ -30,6 +30,7 @@ import numpy as np
 
 from pytest_accuracy.dumps.model import Call, Dump, TensorRecord
 from pytest_accuracy.pairing.backward import incomparable_backward
+from pytest_accuracy.pairing.base import PairMap
 from pytest_accuracy.pairing.dp import (
     API_TERMS,
     MODULE_TERMS,
@@ -61,6 +62,8 @@ class AlignmentResult:
     """NPU node -> bench node pairs with their confidence and evidence."""
 
     pairs: dict[str, str] = field(default_factory=dict)
+    # region-node pairs: NPU node -> the region of calls the other run makes instead, in words
+    regions: dict[str, str] = field(default_factory=dict)
     confidence: dict[str, float] = field(default_factory=dict)
     evidence: dict[str, str] = field(default_factory=dict)
     rejected: dict[str, tuple[str, float, str]] = field(default_factory=dict)
@@ -161,7 +164,8 @@ class _Aligner:
     def _finish(self) -> AlignmentResult:
         res = self.result
         order = {c.name: c.order for c in self.npu.calls}
-        res.pairs = dict(sorted(res.pairs.items(), key=lambda kv: order[kv[0]]))
+        res.pairs = PairMap(sorted(res.pairs.items(), key=lambda kv: order[kv[0]]))
+        res.pairs.regions = dict(res.regions)
         res.unmatched = [c.name for c in self.npu.calls if c.name not in res.pairs]
         return res
 
@@ -216,6 +220,29 @@ class _Aligner:
                 conf, evidence = explain(sa, sb, i, j, API_TERMS, op=True)
                 self._add(a[i].name, b[j].name, max(conf, self.min_confidence),
                           f"another op in the same place; {evidence}")
+            self._region(a, b, sa, sb, range(i0 + 1, i1), range(j0 + 1, j1))
+
+    def _region(self, a: list[Call], b: list[Call], sa: Seq, sb: Seq, rows: range,
+                cols: range) -> None:
+        """Between two pairs, one call left on one side and a run of calls on the other, the
+        run ending with the one call's output layout: a fused kernel against the calls it
+        replaces (npu_fusion_attention against the eager chain). The fused call pairs with
+        the run's last call: the region's boundary tensor is what is compared."""
+        mine = [i for i in rows if not self._done(a[i])]
+        theirs = [j for j in cols if b[j].name not in self.used]
+        if not mine or not theirs or (len(mine) > 1 and len(theirs) > 1):
+            return
+        i, j = mine[-1], theirs[-1]
+        out_a, out_b = int(sa.cols["out"][i]), int(sb.cols["out"][j])
+        if out_a < 0 or out_a != out_b or len(mine) == len(theirs) == 1:
+            return
+        run, one = (theirs, a[i].name) if len(mine) == 1 else (mine, b[j].name)
+        calls = b if len(mine) == 1 else a
+        what = (f"{len(run)} calls, {api_name(calls[run[0]])} .. {api_name(calls[run[-1]])}")
+        self._add(a[i].name, b[j].name, self.min_confidence,
+                  f"region: {one} against the {what} the other run makes instead")
+        if a[i].name in self.result.pairs:
+            self.result.regions[a[i].name] = what
 
     def _gap(self, call: Call, *, npu: bool) -> float:
         """Leaving out a call PyTorch's dumper filters (risk level) is nearly free."""
@@ -313,8 +340,8 @@ class _Aligner:
         for c in _calls(self.npu, "api", "backward"):
             fwd = c.name.removesuffix("backward") + "forward"
             partner = self.result.pairs.get(fwd)
-            if partner is None or self._done(c):
-                continue
+            if partner is None or self._done(c) or fwd in self.result.regions:
+                continue  # a region's backward is not the fused call's: other gradients
             target = partner.removesuffix("forward") + "backward"
             theirs = self.bench.get(target)
             if theirs is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from pytest_accuracy.dumps.model import Dump
 
@@ -13,3 +14,13 @@ Pairing = Callable[[Dump, Dump], Mapping[str, str]]
 def pair_by_name(npu: Dump, bench: Dump) -> dict[str, str]:
     """Same-framework pairing: identical node names."""
     return {c.name: c.name for c in npu.calls if bench.get(c.name) is not None}
+
+
+class PairMap(dict[str, str]):
+    """NPU node -> bench node, with the region-node pairs marked (``regions``)."""
+
+    regions: dict[str, str]
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.regions = {}

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from pytest_accuracy.dumps.model import Call, Dump
 from pytest_accuracy.pairing.align import AlignmentResult, auto_pairing
+from pytest_accuracy.pairing.base import PairMap
 from pytest_accuracy.pairing.naming import module_scope
 
 
@@ -50,6 +51,8 @@ def pair_runs(npu: Dump, bench: Dump) -> AlignmentResult:
             _set(result, call.name, call.name, 1.0, "same name; the API is called as often "
                  "in both runs")
     result.unmatched = [c.name for c in npu.calls if c.name not in result.pairs]
+    result.pairs = PairMap(result.pairs)
+    result.pairs.regions = dict(result.regions)
     return result
 
 
@@ -66,6 +69,8 @@ def _by_path(result: AlignmentResult, call: Call, theirs: Call | None) -> None:
 def _from(result: AlignmentResult, aligned: AlignmentResult, name: str) -> None:
     if name in aligned.pairs:
         _set(result, name, aligned.pairs[name], aligned.confidence[name], aligned.evidence[name])
+        if name in aligned.regions:
+            result.regions[name] = aligned.regions[name]
     elif name in aligned.rejected:
         result.rejected[name] = aligned.rejected[name]
 
