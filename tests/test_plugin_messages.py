@@ -71,12 +71,12 @@ def test_l0_against_l1_names_the_levels(pytester: pytest.Pytester) -> None:
         "share no node. Dump both at the same level (or mix)."])
 
 
-def test_npu_dump_alone_hints_at_precheck(pytester: pytest.Pytester) -> None:
-    result = run(pytester, f"--acc-npu={dump('pt_bug', 'L0_tensor')}")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert result.stderr.lines[0] == (
-        "ERROR: --acc-npu is given but --acc-bench is missing: a compare needs both dumps; add "
-        "--acc-bench=PATH (or add --acc-precheck to check the NPU dump alone)")
+def test_npu_dump_alone_is_checked_for_overflow(pytester: pytest.Pytester) -> None:
+    """No bench: every step and rank of the NPU dump is an overflow item (issue 27)."""
+    result = run(pytester, f"--acc-npu={dump('pt_bug', 'L0_tensor')}", "-v")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*accuracy::overflow::0/0 PASSED*",
+                                 "*accuracy::overflow::1/0 PASSED*"])
 
 
 def test_every_option_has_its_ini_key_and_the_docs_list_both(pytester: pytest.Pytester) -> None:

@@ -20,6 +20,10 @@ def extra_groups(config: pytest.Config) -> Iterator[tuple[str, type[pytest.Colle
         from pytest_accuracy.suite.precheck_items import PrecheckGroup
 
         yield "precheck", PrecheckGroup
+    elif setting(config, "npu") and not setting(config, "bench"):
+        from pytest_accuracy.suite.overflow_items import OverflowGroup
+
+        yield "overflow", OverflowGroup
     if setting(config, "npu_config") or setting(config, "bench_config"):
         from pytest_accuracy.suite.config_items import ConfigGroup
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_accuracy.settings import flag, parse_int_set, path_setting, setting, typed_setting
+from pytest_accuracy.settings import parse_int_set, path_setting, setting, typed_setting
 
 if TYPE_CHECKING:  # numpy and the compare core load when a compare runs, not at start-up
     from pytest_accuracy.compare import Comparison, Pairing
@@ -30,9 +30,15 @@ class SuiteState:
 
     @property
     def has_dumps(self) -> bool:
-        """Compare items are wanted: a bench dump, or an NPU dump that is not only prechecked."""
-        precheck_only = flag(self.config, "precheck") and self.bench is None
-        return (self.npu is not None or self.bench is not None) and not precheck_only
+        """Compare items are wanted: both dumps (an NPU dump alone is prechecked or, without
+        --acc-precheck, checked for overflow)."""
+        return self.npu is not None and self.bench is not None
+
+    @cached_property
+    def npu_dumps(self) -> DumpSet:
+        """The NPU dump alone (overflow items)."""
+        assert self.npu is not None
+        return self._load(self.npu)
 
     @cached_property
     def criteria(self) -> CompareCriteria:

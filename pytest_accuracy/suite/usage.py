@@ -11,7 +11,7 @@ import pytest
 
 from pytest_accuracy.marker import PATH_KEYS, marker_kwargs
 from pytest_accuracy.options import OPTIONS
-from pytest_accuracy.settings import flag, setting
+from pytest_accuracy.settings import setting
 
 
 def unknown_option_message(token: str) -> str:
@@ -23,14 +23,12 @@ def unknown_option_message(token: str) -> str:
 
 
 def missing_dump_message(config: pytest.Config) -> str | None:
-    """One dump of the two, with no precheck to use it alone: what is missing and how to add it."""
+    """A bench dump without the NPU dump: what is missing and how to add it."""
     npu, bench = setting(config, "npu"), setting(config, "bench")
-    if bool(npu) == bool(bench) or (npu and flag(config, "precheck")):
+    if not bench or npu:  # an NPU dump alone is checked for overflow (or prechecked)
         return None
-    given, missing = ("--acc-npu", "--acc-bench") if npu else ("--acc-bench", "--acc-npu")
-    hint = " (or add --acc-precheck to check the NPU dump alone)" if npu else ""
-    return (f"{given} is given but {missing} is missing: a compare needs both dumps; add "
-            f"{missing}=PATH{hint}")
+    return ("--acc-bench is given but --acc-npu is missing: a compare needs both dumps; add "
+            "--acc-npu=PATH")
 
 
 def unknown_node_ids(selected: Iterable[str], items: list[pytest.Item]) -> str | None:
