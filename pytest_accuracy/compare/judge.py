@@ -156,8 +156,12 @@ def _check_norm(record: TensorRecord, norm: float | None) -> None:
 def _check_md5_agrees(npu: TensorRecord, bench: TensorRecord) -> None:
     if npu.md5 != bench.md5 or not _stats_known(npu) or not _stats_known(bench):
         return
-    if (npu.stats.max, npu.stats.min, npu.stats.norm) != (bench.stats.max, bench.stats.min,
-                                                          bench.stats.norm):
+    pairs = ((npu.stats.max, bench.stats.max), (npu.stats.min, bench.stats.min),
+             (npu.stats.norm, bench.stats.norm))
+    # the same bytes: Max and Min agree exactly, a Norm summed by another framework's kernel
+    # to rounding; far apart, one dump contradicts itself
+    if any(abs(a - b) > 1e-3 * max(abs(a), abs(b)) for a, b in pairs
+           if a is not None and b is not None):
         raise AccuracyInputError(npu.dump_json or Path("dump.json"), f"{npu.path}: md5 "
                                  f"{npu.md5} equals the bench's while the statistics of the "
                                  "same records differ: one of the dumps contradicts itself")
