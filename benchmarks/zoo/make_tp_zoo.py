@@ -27,7 +27,17 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from make_zoo import LEVELS, _files, _load, _same, first_diff, matches, same_nodes, steps  # noqa: E402
+from make_zoo import (  # noqa: E402
+    LEVELS,
+    _files,
+    _load,
+    _same,
+    first_diff,
+    matches,
+    run_forked,
+    same_nodes,
+    steps,
+)
 from subset import export_subset  # noqa: E402
 
 V, D, FF, NLAYER, NH, NKV, B, T = 64, 32, 64, 2, 4, 2, 2, 8  # vocab, hidden, mlp, ..., seq
@@ -197,32 +207,8 @@ def run(level: str, dump: str, r: Run) -> float:
 
 def spawn(level: str, dump: Path, r: Run) -> float:
     """One run in a forked child (torch, transformers and msprobe imported by the parent)."""
-    if dump.exists():
-        shutil.rmtree(dump)
-    dump.mkdir(parents=True)
-    log = dump.parent / f".{dump.name}.log"
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            os.dup2(fd, 1)
-            os.dup2(fd, 2)
-            print(json.dumps({"loss": run(level, str(dump), r)}))
-        except BaseException:
-            import traceback
-            traceback.print_exc()
-            code = 1
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    text = log.read_text()
-    if status != 0:
-        raise SystemExit(f"run failed ({level} {r}):\n{text[-3000:]}")
-    log.unlink()
-    return float(json.loads(text.strip().splitlines()[-1])["loss"])
+    line = run_forked(dump, lambda: {"loss": run(level, str(dump), r)}, f"{level} {r}")
+    return float(json.loads(line)["loss"])
 
 
 def node_names(dump: Path) -> list[str]:

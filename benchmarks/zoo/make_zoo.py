@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +62,9 @@ CASES: dict[str, tuple[str, str, bool, bool, list[str], Site | None]] = {
 NOISELESS = {"rerun", "adam_eps_twin", "wd_on_norms_twin", "betas_step2_twin"}
 
 
-def spawn(level: str, dump: Path, bf16: bool, noise: bool, bug: str) -> None:
-    """One run in a forked child (torch and msprobe are imported once, in the parent)."""
+def run_forked(dump: Path, job: Callable[[], Any], what: str) -> str:
+    """``job()`` in a forked child writing a fresh ``dump`` (torch and msprobe are imported
+    once, in the parent); its printed JSON result line, or SystemExit with the child's log."""
     if dump.exists():
         shutil.rmtree(dump)
     dump.mkdir(parents=True)
@@ -74,8 +76,7 @@ def spawn(level: str, dump: Path, bf16: bool, noise: bool, bug: str) -> None:
             fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             os.dup2(fd, 1)
             os.dup2(fd, 2)
-            import model
-            print(json.dumps({"losses": model.run(level, str(dump), bf16, noise, bug)}))
+            print(json.dumps(job()))
         except BaseException:
             import traceback
             traceback.print_exc()
@@ -85,10 +86,20 @@ def spawn(level: str, dump: Path, bf16: bool, noise: bool, bug: str) -> None:
             sys.stderr.flush()
             os._exit(code)
     _, status = os.waitpid(pid, 0)
+    text = log.read_text()
     if status != 0:
-        raise SystemExit(f"generator run failed ({level} bf16={bf16} noise={noise} bug={bug!r}):"
-                         f"\n{log.read_text()[-3000:]}")
+        raise SystemExit(f"generator run failed ({what}):\n{text[-3000:]}")
     log.unlink()
+    return text.strip().splitlines()[-1]
+
+
+def spawn(level: str, dump: Path, bf16: bool, noise: bool, bug: str) -> None:
+    """One run of the zoo's model in a forked child."""
+    def job() -> dict[str, Any]:
+        import model
+        return {"losses": model.run(level, str(dump), bf16, noise, bug)}
+
+    run_forked(dump, job, f"{level} bf16={bf16} noise={noise} bug={bug!r}")
 
 
 def steps(dump: Path) -> list[Path]:
