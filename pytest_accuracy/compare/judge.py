@@ -19,6 +19,7 @@ from pytest_accuracy.compare.metrics import stats_metrics, tensor_metrics
 from pytest_accuracy.compare.results import NodeResult, TensorComparison
 from pytest_accuracy.dumps.model import FLOAT_EPS, Call, TensorRecord, is_float_dtype
 from pytest_accuracy.errors import AccuracyInputError
+from pytest_accuracy.pairing.dp import stats_gap
 
 # A recorded Norm and the norm of the file's values, both of the same tensor, differ by the
 # rounding of two summations (msprobe sums in the tensor's dtype or float32): this many eps.
@@ -156,12 +157,9 @@ def _check_norm(record: TensorRecord, norm: float | None) -> None:
 def _check_md5_agrees(npu: TensorRecord, bench: TensorRecord) -> None:
     if npu.md5 != bench.md5 or not _stats_known(npu) or not _stats_known(bench):
         return
-    pairs = ((npu.stats.max, bench.stats.max), (npu.stats.min, bench.stats.min),
-             (npu.stats.norm, bench.stats.norm))
     # the same bytes: Max and Min agree exactly, a Norm summed by another framework's kernel
     # to rounding; far apart, one dump contradicts itself
-    if any(abs(a - b) > 1e-3 * max(abs(a), abs(b)) for a, b in pairs
-           if a is not None and b is not None):
+    if stats_gap(npu.stats.values(), bench.stats.values()) > 1e-3:
         raise AccuracyInputError(npu.dump_json or Path("dump.json"), f"{npu.path}: md5 "
                                  f"{npu.md5} equals the bench's while the statistics of the "
                                  "same records differ: one of the dumps contradicts itself")

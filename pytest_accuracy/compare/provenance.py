@@ -19,7 +19,8 @@ from pytest_accuracy.compare.findings import (
 from pytest_accuracy.compare.judge import diverging_in_metadata, outputs_diverge_in_metadata
 from pytest_accuracy.compare.results import Finding
 from pytest_accuracy.compare.twins import identical_steps, same_record, twin_step_before
-from pytest_accuracy.dumps.model import FLOAT_EPS, Call, Dump, Stats, TensorRecord
+from pytest_accuracy.dumps.model import FLOAT_EPS, Call, Dump, TensorRecord
+from pytest_accuracy.pairing.dp import stats_gap
 
 StatsKey = tuple[str, float | None, float | None, float | None, float | None]
 
@@ -289,23 +290,12 @@ _ROUNDING_EPS = 16.0
 
 
 def _beyond_rounding(records: list[TensorRecord], bench: list[TensorRecord]) -> list[TensorRecord]:
+    """The records whose statistics differ from the bench's by more than rounding."""
     by_path = {r.path: r for r in bench}
     return [rec for rec in records if (other := by_path.get(rec.path)) is not None and (
         rec.dtype != other.dtype
-        or _stats_apart(rec.stats, other.stats, FLOAT_EPS.get(rec.dtype, 0.0)))]
-
-
-def _stats_apart(a: Stats, b: Stats, eps: float) -> bool:
-    """Max, Min and Mean apart relative to the tensor's magnitude, or Norm relative to itself,
-    by more than ``_ROUNDING_EPS`` units of rounding."""
-    extremes = [abs(v) for v in (a.max, a.min, b.max, b.min) if v is not None]
-    magnitude = max(extremes, default=0.0)
-    for x, y, scale in ((a.max, b.max, magnitude), (a.min, b.min, magnitude),
-                        (a.mean, b.mean, magnitude),
-                        (a.norm, b.norm, max(abs(a.norm or 0.0), abs(b.norm or 0.0)))):
-        if x is not None and y is not None and abs(x - y) > _ROUNDING_EPS * eps * scale:
-            return True
-    return False
+        or stats_gap(rec.stats.values(), other.stats.values())
+        > _ROUNDING_EPS * FLOAT_EPS.get(rec.dtype, 0.0))]
 
 
 def _not_identical(records: list[TensorRecord], bench: list[TensorRecord]) -> list[TensorRecord]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +70,13 @@ class Stats:
     min: float | None = None
     mean: float | None = None
     norm: float | None = None
+
+    def values(self) -> tuple[float, float, float, float]:
+        """(Norm, Max, Min, Mean), NaN where not recorded: the order statistics are compared in."""
+        def value(v: float | None) -> float:
+            return math.nan if v is None else float(v)
+
+        return value(self.norm), value(self.max), value(self.min), value(self.mean)
 
 
 @dataclass

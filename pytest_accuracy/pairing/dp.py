@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -139,7 +139,7 @@ def explain(a: Seq, b: Seq, i: int, j: int, terms: Terms, *, op: bool) -> tuple[
         best += w_eq
         score += w_eq if ai == bj else w_ne
         notes.append(_term_note(name, a, b, ai, bj))
-    delta = _delta(a.stats[i].tolist(), b.stats[j].tolist())
+    delta = stats_gap(a.stats[i].tolist(), b.stats[j].tolist())
     if not math.isnan(delta):
         best += _STATS_W + _STATS_OFFSET
         score += _STATS_W / (1.0 + (delta / _STATS_HALF) ** 2) + _STATS_OFFSET
@@ -148,8 +148,9 @@ def explain(a: Seq, b: Seq, i: int, j: int, terms: Terms, *, op: bool) -> tuple[
     return conf, "; ".join(n for n in notes if n)
 
 
-def _delta(x: list[float], y: list[float]) -> float:
-    """``stats_delta`` for one pair, in plain Python (explain runs once per pair)."""
+def stats_gap(x: Sequence[float], y: Sequence[float]) -> float:
+    """``stats_delta`` for one pair of (Norm, Max, Min, Mean), NaN where not recorded, in
+    plain Python (explain runs once per pair; compare asks whether two records differ)."""
     mag = max((abs(v) for v in (x[1], x[2], y[1], y[2]) if not math.isnan(v)), default=0.0)
     top = max((v for v in (x[0], y[0]) if not math.isnan(v)), default=0.0)
     deltas = [abs(x[0] - y[0]) / (top if top > 0 else 1e-30)]

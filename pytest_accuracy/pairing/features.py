@@ -66,5 +66,4 @@ def call_stats(call: Call) -> list[float]:
     rec = next((r for r in recs if is_float_dtype(r.dtype)), recs[0] if recs else None)
     if rec is None:
         return [np.nan] * 4
-    s = rec.stats
-    return [np.nan if x is None else float(x) for x in (s.norm, s.max, s.min, s.mean)]
+    return list(rec.stats.values())

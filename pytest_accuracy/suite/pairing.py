@@ -36,8 +36,10 @@ class InferredPairing:
         if not aligned:
             return None
         key = min(aligned)  # node names repeat every step: one step's mapping serves all
-        path: Path = self.results[key].write_yaml(out_dir / "inferred_mapping.yaml",
-                                                  source=f"step {key[0]}, rank {key[1]}")
+        result = self.results[key]
+        why = f"; aligned because {result.why_aligned}" if result.why_aligned else ""
+        path: Path = result.write_yaml(out_dir / "inferred_mapping.yaml",
+                                       source=f"step {key[0]}, rank {key[1]}{why}")
         return path
 
 
