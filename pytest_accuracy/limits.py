@@ -75,6 +75,9 @@ LIMITS: dict[str, Limit] = {
     "mapping_name_chars": Limit(
         "ACC_MAX_MAPPING_NAME_CHARS", 4096, "characters of a node name after renaming rules"
     ),
+    "csv_bytes": Limit(
+        "ACC_MAX_CSV_BYTES", 512 << 20, "bytes of an msprobe acc_check result or details CSV"
+    ),
 }
 
 

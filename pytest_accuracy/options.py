@@ -55,6 +55,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("bench-log", "paths", "bench training log; repeat for repeated bench runs (the band)"),
     Option("npu-config", "path", "NPU training config (MindFormers yaml or Megatron args)"),
     Option("bench-config", "path", "bench training config (MindFormers yaml or Megatron args)"),
+    Option("npu-monitor", "path", "NPU msprobe monitor output: TrainerMon CSV folder, csv2tb "
+           "TensorBoard folder or grad_probe dump_path"),
+    Option("bench-monitor", "path", "bench msprobe monitor output (same layouts as "
+           "--acc-npu-monitor)"),
     Option("json", "path", "write the versioned JSON result document here"),
     Option("report", "path", "write the report folder (index.html, CSV tables, plots) here"),
     Option("markdown", "path", "write a Markdown summary (verdict, first divergence, top "
@@ -81,6 +85,8 @@ OPTIONS: tuple[Option, ...] = (
            "divergence needs them) or all (the full msprobe-style table)", ("failing", "all")),
     Option("local-norm-step", "int", "compare per-parameter gradient norms at this step "
            "(default: the first)"),
+    Option("items", "choice", "compare items: auto (one per node up to 2000 nodes, else one "
+           "per layer or run of up to 64 nodes), node, region", ("auto", "node", "region")),
     Option("align", "choice", "pairing: auto (names where they hold, else aligned), always, name",
            ("auto", "always", "name")),
     Option("suite", "choice", "built-in suite: auto (when inputs are given on the command line "
@@ -89,6 +95,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("device", "device", "precheck device (default dump: judge the dumped outputs; cpu "
            "re-runs with the dump's framework, mindspore:cpu with MindSpore's CPU backend)"),
     Option("standard", "choice", "precheck standard (default: default)", ("default", "dtype")),
+    Option("npu-precheck-results", "path", "msprobe acc_check (run_ut) output of the run under "
+           "test: its details CSV, result CSV or their folder; gated as precheck items "
+           "(msprobe's verdicts and our standard on its numbers)"),
+    Option("bench-precheck-results", "path", "msprobe acc_check output before the change (same "
+           "forms): an API that passed there and fails now, or whose error grew, fails"),
+    Option("precheck-growth", "float", "msprobe results: growth of an API's error over "
+           "--acc-bench-precheck-results allowed (default 2, msprobe's own ratio limit)"),
     Option("first-loss-abs", "float", "loss: first-step absolute error allowed (default 0.005)"),
     Option("first-loss-rel", "float", "loss: first-step relative error allowed (default 0.005)"),
     Option("mean-abs", "float", "loss: mean absolute error allowed (default 0.01)"),
@@ -110,7 +123,8 @@ OPTIONS: tuple[Option, ...] = (
 
 BY_DEST = {o.dest: o for o in OPTIONS}
 INPUT_DESTS = ("acc_npu", "acc_bench", "acc_npu_log", "acc_bench_log", "acc_npu_config",
-               "acc_bench_config")
+               "acc_bench_config", "acc_npu_precheck_results", "acc_bench_precheck_results",
+               "acc_npu_monitor", "acc_bench_monitor")
 
 
 class OptionValueError(ValueError):

@@ -61,12 +61,37 @@ def settle(result: NodeResult) -> None:
         result.status, result.reason = "skip", "no tensor outputs to compare"
     elif result.failing_outputs:
         result.status = "fail"
+    elif both := next((b for t in result.outputs if (b := _overflow_on_both(t))), None):
+        # equal NaN/Inf on both sides is no evidence that the NPU is right: never a pass
+        result.status, result.reason = "skip", (
+            f"not compared: NaN/Inf on both sides ({both}), which no tolerance can judge; "
+            "both runs overflow here or before (the overflow items, --acc-npu alone, name the "
+            "first node that made it)")
     elif not any(t.judgement.checked for t in result.outputs):
         # no pass without evidence: a node whose outputs had nothing comparable is not checked
         why = "; ".join(sorted({f"{t.path}: {t.judgement.detail}" for t in result.outputs}))
         result.status, result.reason = "skip", f"nothing compared ({why})"
     else:
         result.status = "pass"
+
+
+def _overflow_on_both(t: TensorComparison) -> str | None:
+    """'output.0 Max nan vs bench Max nan' when both tensors hold NaN, or Inf in every element
+    (Min +inf or Max -inf); an Inf at one end only (a -inf mask) is compared as it stands."""
+    sides = [_unjudgeable(r) for r in (t.npu, t.bench) if r is not None]
+    if len(sides) == 2 and sides[0] and sides[1]:
+        return f"{t.path} {sides[0]} vs bench {sides[1]}"
+    return None
+
+
+def _unjudgeable(record: TensorRecord) -> str | None:
+    s = record.stats
+    for label, value in (("Max", s.max), ("Min", s.min)):
+        if value is not None and math.isnan(value):
+            return f"{label} {value}"
+    if s.min == math.inf or s.max == -math.inf:
+        return f"Min {s.min}" if s.min == math.inf else f"Max {s.max}"
+    return None
 
 
 def records_of(call: Call) -> list[TensorRecord]:

@@ -36,6 +36,7 @@ from pytest_accuracy.precheck.inputs import (
     tensor_value,
     upcast,
 )
+from pytest_accuracy.precheck.nonfinite import nan_input_reason, overflow_verdict
 from pytest_accuracy.precheck.registry import ApiSpec, no_reference_reason, resolve
 from pytest_accuracy.precheck.results import (
     OutputCheck,
@@ -143,6 +144,8 @@ def run_case(case: PrecheckCase) -> PrecheckResult:
         return _skip(case, no_reference_reason(case.framework, case.api_name))
     if over_budget := allocation_over_budget(case.api_name, case.forward_call, case.backward_call):
         return _skip(case, over_budget)
+    if nan_input := nan_input_reason(case):
+        return _skip(case, nan_input)
     try:
         executor = _executor(case.device, case.framework, case.mode)
         if isinstance(executor, NumpyInDtype):
@@ -156,7 +159,7 @@ def run_case(case: PrecheckCase) -> PrecheckResult:
         return _skip(case, str(exc), _executor_label(case))
     except _DeviceError as exc:
         return _finish(case, "fail", str(exc), (), _executor_label(case))
-    return _result(case, checks, executor.description)
+    return overflow_verdict(case, _result(case, checks, executor.description))
 
 
 @lru_cache(maxsize=16)

@@ -24,10 +24,18 @@ def extra_groups(config: pytest.Config) -> Iterator[tuple[str, type[pytest.Colle
         from pytest_accuracy.suite.overflow_items import OverflowGroup
 
         yield "overflow", OverflowGroup
+    if setting(config, "npu_precheck_results") or setting(config, "bench_precheck_results"):
+        from pytest_accuracy.suite.msprobe_precheck_items import MsprobePrecheckGroup
+
+        yield "precheck", MsprobePrecheckGroup
     if setting(config, "npu_config") or setting(config, "bench_config"):
         from pytest_accuracy.suite.config_items import ConfigGroup
 
         yield "config", ConfigGroup
+    if setting(config, "npu_monitor") or setting(config, "bench_monitor"):
+        from pytest_accuracy.suite.monitor_items import MonitorGroup
+
+        yield "monitor", MonitorGroup
 
 
 def group_section(group: str, records: list[dict[str, Any]]) -> Any:
@@ -39,6 +47,8 @@ def group_section(group: str, records: list[dict[str, Any]]) -> Any:
         return {"apis": [{k: r.get(k) for k in ("name", "status", "cosine", "max_abs", "reason")}
                          for r in records]}
     rest = [{k: v for k, v in r.items() if k != "group"} for r in records]
+    if group == "monitor":
+        return {"states": rest}
     return {"tests": rest} if group == "suites" else {"keys": rest}
 
 

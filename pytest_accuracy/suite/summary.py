@@ -87,10 +87,14 @@ class AccuracyResults:
             self.groups.setdefault(record["group"], []).append(record)
             self.group_ids[id(record)] = report.nodeid
         else:
-            first = record.pop("first", None)
-            if first and (self.first is None or _earlier(first, self.first)):
-                self.first = first
-            self.nodes.append(record)
+            for node in record.get("region_nodes") or [record]:  # a region item: its nodes
+                self._add_node(node)
+
+    def _add_node(self, record: dict[str, Any]) -> None:
+        first = record.pop("first", None)
+        if first and (self.first is None or _earlier(first, self.first)):
+            self.first = first
+        self.nodes.append(record)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_terminal_summary(
@@ -142,6 +146,8 @@ class AccuracyResults:
             return  # only the controller writes the one document
         settle_nodes(self.nodes, self.first)
         why = run_failure(self.nodes) if session.exitstatus == 0 else None
+        if why is None and session.exitstatus == 0 and not self.nodes:
+            why = groups_unchecked(self.groups)
         if why is not None:
             # carried nodes are xfailed and skipped ones are not checked: the run still fails,
             # as one failed report that the terminal, JUnit and the exit code all count
@@ -228,6 +234,17 @@ def run_failure(nodes: list[dict[str, Any]]) -> str | None:
         return (f"Nothing was checked: all {len(nodes)} compared nodes were skipped "
                 f"({'; '.join(reasons[:3])}{' ...' if len(reasons) > 3 else ''}).")
     return None
+
+
+def groups_unchecked(groups: dict[str, list[dict[str, Any]]]) -> str | None:
+    """Why a run of built-in groups (overflow, ...) whose every item skipped fails: it checked
+    nothing, and a gate that checked nothing never passes."""
+    records = [r for g, rs in groups.items() if g != "suites" for r in rs]
+    if not records or any(r.get("status") != "skip" for r in records):
+        return None
+    kinds = ", ".join(sorted({str(r.get("group")) for r in records}))
+    return (f"Nothing was checked: all {len(records)} {kinds} items were skipped (see their "
+            "reasons above).")
 
 
 def _log_verdict_failure(session: pytest.Session, why: str) -> None:
@@ -370,7 +387,7 @@ def _inputs(config: pytest.Config) -> dict[str, Any]:
     from pytest_accuracy.settings import setting
 
     keys = ("npu", "bench", "npu_log", "bench_logs", "npu_config", "bench_config", "mapping",
-            "waivers")
+            "waivers", "npu_monitor", "bench_monitor")
     return {k: (str(v) if not isinstance(v, list) else [str(x) for x in v])
             for k in keys if (v := setting(config, k))}
 
