@@ -10,6 +10,7 @@ from pytest_accuracy.text import escape_line
 
 __all__ = ["csv_cell", "csv_row"]
 
+_PLAIN = frozenset({float, int, bool})
 # What Excel, LibreOffice and Google Sheets start a formula (or DDE) with.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 # A plain number written as text ("-0.5", "1e-3", "-inf") is no formula: it stays a number.
@@ -24,6 +25,8 @@ def csv_cell(value: Any) -> Any:
     ``'`` (OWASP's advice); newlines and control characters are escaped (``\\n``), so one
     record stays one line and a lone surrogate cannot stop the UTF-8 writer.
     """
+    if type(value) in _PLAIN:  # most cells of a big table: no ABC check for them
+        return value
     if value is None:
         return ""
     if isinstance(value, (bool, Number)):

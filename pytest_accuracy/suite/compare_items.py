@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -16,7 +16,7 @@ from pytest_accuracy.compare.divergence import (
     find_first_nonfinite,
 )
 from pytest_accuracy.report.records import node_record
-from pytest_accuracy.settings import setting
+from pytest_accuracy.settings import setting, typed_setting
 from pytest_accuracy.suite import RECORD_KEY, AccuracyError, AccuracyGroup, AccuracyItem
 from pytest_accuracy.suite.messages import enclosing_line, mismatched_line, precision_hint
 from pytest_accuracy.suite.readahead import AHEAD_KEY
@@ -35,14 +35,27 @@ class CompareGroup(AccuracyGroup):
             raise pytest.UsageError(escape_controls(
                 f"--acc-scope {', '.join(map(repr, scopes))} matches none of the "
                 f"{len(cmp.entries)} NPU nodes (names look like {example!r})"))
-        for i in chosen:
-            dump, call = cmp.entries[i]
-            name = escape_controls(f"{dump.step}/{dump.rank}/{call.name}")
-            yield CompareItem.from_parent(self, name=name, index=i)
+        if _per_region(self.config, len(chosen)):
+            from pytest_accuracy.suite.region_items import region_items
+
+            yield from region_items(self, cmp, chosen)
+        else:
+            for i in chosen:
+                dump, call = cmp.entries[i]
+                name = escape_controls(f"{dump.step}/{dump.rank}/{call.name}")
+                yield CompareItem.from_parent(self, name=name, index=i)
         yield CoverageItem.from_parent(self, name="coverage")
         from pytest_accuracy.suite.gradient_items import gradient_items
 
         yield from gradient_items(self, cmp)
+
+
+def _per_region(config: pytest.Config, nodes: int) -> bool:
+    """--acc-items: node, region, or auto (per node up to NODE_ITEMS_UP_TO nodes)."""
+    from pytest_accuracy.compare.regions import NODE_ITEMS_UP_TO
+
+    chosen = typed_setting(config, "items") or "auto"
+    return chosen == "region" or (chosen == "auto" and nodes > NODE_ITEMS_UP_TO)
 
 
 class CompareItem(AccuracyItem):
@@ -54,13 +67,8 @@ class CompareItem(AccuracyItem):
 
     def runtest(self) -> None:
         cmp = self.config.stash[STATE_KEY].comparison
-        result = cmp.node(self.index, ahead=self.stash.get(AHEAD_KEY, None))
-        # Each failing node describes itself; the controller picks the earliest (xdist-safe).
-        own = describe(cmp, cmp.with_inputs(self.index)) if result.status == "fail" else None
-        record = node_record(result, own, rows=bool(setting(self.config, "report")))
-        record["order"] = self.index
-        if own is not None:
-            record["first"] = {**own.as_dict(), "index": own.index}
+        result, own, record = judge_node(cmp, self.index, self.stash.get(AHEAD_KEY, None),
+                                         rows=bool(setting(self.config, "report")))
         self.stash[RECORD_KEY] = record
         if result.status in ("unmatched", "skip"):
             pytest.skip(escape_controls(f"{result.status}: {result.reason}"))
@@ -72,6 +80,19 @@ class CompareItem(AccuracyItem):
             raise AccuracyError([f"{result.npu.name}: {result.reason}"])
         if result.status == "fail":
             raise AccuracyError(failure_lines(result, own))
+
+
+def judge_node(cmp: Comparison, index: int, ahead: Sequence[int] | None, *,
+               rows: bool) -> tuple[NodeResult, FirstDivergence | None, dict[str, Any]]:
+    """One node's result, its own error described when it fails, and its record."""
+    result = cmp.node(index, ahead=ahead)
+    # Each failing node describes itself; the controller picks the earliest (xdist-safe).
+    own = describe(cmp, cmp.with_inputs(index)) if result.status == "fail" else None
+    record = node_record(result, own, rows=rows)
+    record["order"] = index
+    if own is not None:
+        record["first"] = {**own.as_dict(), "index": own.index}
+    return result, own, record
 
 
 def failure_lines(result: NodeResult, first: FirstDivergence | None) -> list[str]:

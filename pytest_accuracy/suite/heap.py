@@ -7,7 +7,6 @@ import gc
 
 import pytest
 
-from pytest_accuracy.suite.readahead import compare_item_type
 from pytest_accuracy.switches import env_switch
 
 # Young-generation passes between two heap-wide ones in a compare run (CPython's default: 10).
@@ -54,8 +53,10 @@ def _runs_compare(session: pytest.Session) -> bool:
     is registered for no other): it collects nothing and keeps every worker's reports."""
     if session.config.pluginmanager.has_plugin("dsession"):
         return True
-    compare_item = compare_item_type()
-    return compare_item is not None and any(type(i) is compare_item for i in session.items)
+    from pytest_accuracy.suite.protocol import light_types
+
+    types = light_types()
+    return bool(types) and any(type(i) in types for i in session.items)
 
 
 def _freeze_at_exit() -> None:

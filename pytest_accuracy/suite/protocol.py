@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -34,8 +35,7 @@ class LightProtocol:
         )
 
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
-        compare_item = compare_item_type()
-        if not self.enabled or compare_item is None or type(item) is not compare_item:
+        if not self.enabled or type(item) not in light_types():
             return None
         if next(iter(item.iter_markers()), None) is not None:
             return None
@@ -53,6 +53,15 @@ class LightProtocol:
         _report(ihook, item, teardown)
         ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
+
+
+def light_types() -> tuple[type, ...]:
+    """Compare and region items, once their modules are loaded (else no such item exists)."""
+    compare_item = compare_item_type()
+    if compare_item is None:
+        return ()
+    regions = sys.modules.get("pytest_accuracy.suite.region_items")
+    return (compare_item,) if regions is None else (compare_item, regions.RegionItem)
 
 
 def _nothing() -> None:

@@ -1,0 +1,100 @@
+"""Region items (``accuracy::compare::<step>/<rank>/<layer or first..last node>``) at scale."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from pytest_accuracy.compare import Comparison, NodeResult
+from pytest_accuracy.compare.divergence import FirstDivergence
+from pytest_accuracy.compare.regions import Region, regions
+from pytest_accuracy.settings import setting
+from pytest_accuracy.suite import RECORD_KEY, AccuracyError, AccuracyGroup, AccuracyItem
+from pytest_accuracy.suite.state import STATE_KEY
+from pytest_accuracy.text import escape_controls
+
+# Failing nodes a region's message names beyond its first (all are in the JSON and report).
+_NAMED = 5
+
+
+def region_items(group: AccuracyGroup, cmp: Comparison,
+                 chosen: Sequence[int]) -> Iterator[pytest.Item]:
+    for region in regions(cmp.entries, chosen):
+        name = escape_controls(f"{region.step}/{region.rank}/{region.name}")
+        yield RegionItem.from_parent(group, name=name, region=region)
+
+
+class RegionItem(AccuracyItem):
+    """Passes when every node of this region meets the compare criteria; a failure names the
+    region's first node that makes an error of its own, with that node's whole evidence."""
+
+    def __init__(self, *, region: Region, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.region = region
+
+    def runtest(self) -> None:
+        from pytest_accuracy.suite.compare_items import judge_node
+
+        cmp = self.config.stash[STATE_KEY].comparison
+        rows = bool(setting(self.config, "report"))
+        judged = []
+        indices = self.region.indices
+        for at, index in enumerate(indices):
+            judged.append(judge_node(cmp, index, indices[at + 1:at + 8], rows=rows))
+        records = [record for _, _, record in judged]
+        failing = [(result, own) for result, own, _ in judged if result.status == "fail"]
+        # step, rank and order of the region's first failure: failures print in run order
+        lead = failing[0][0] if failing else judged[0][0]
+        self.stash[RECORD_KEY] = {"region": self.region.name, "region_nodes": records,
+                                  "step": lead.step, "rank": lead.rank, "order": lead.index}
+        _outcome(self.region, [result for result, _, _ in judged], failing)
+
+
+def _outcome(region: Region, results: list[NodeResult],
+             failing: list[tuple[NodeResult, FirstDivergence | None]]) -> None:
+    """Raise the region's verdict: error, fail, xfail (only carried or waived), skip."""
+    errors = [r for r in results if r.status == "error"]
+    if errors:
+        raise AccuracyError([f"{r.npu.name}: {r.reason}" for r in errors[:_NAMED]]
+                            + _more(len(errors), "unreadable nodes"))
+    if failing:
+        raise AccuracyError(_failure_lines(region, results, failing))
+    if all(r.status in ("unmatched", "skip") for r in results):
+        first = results[0]
+        pytest.skip(escape_controls(f"none of the {len(results)} nodes was compared "
+                                    f"({first.npu.name}: {first.status}: {first.reason})"))
+    carried = [r for r in results if r.status == "carried"]
+    if carried:
+        pytest.xfail(escape_controls(
+            f"{len(carried)} of {len(results)} nodes carried from {carried[0].carried_from}: "
+            f"{carried[0].reason}"))
+    if all(r.status in ("waived", "unmatched", "skip") for r in results):
+        waived = next(r for r in results if r.status == "waived")
+        pytest.xfail(escape_controls(f"{waived.npu.name}: {waived.reason}"))
+
+
+def _failure_lines(region: Region, results: list[NodeResult],
+                   failing: list[tuple[NodeResult, FirstDivergence | None]]) -> list[str]:
+    from pytest_accuracy.suite.compare_items import failure_lines
+
+    result, own = failing[0]
+    where = f"step {region.step}, rank {region.rank}"
+    lines = [f"{len(failing)} of the {len(results)} nodes of {region.name} ({where}) fail; "
+             f"the first is {result.npu.name}.", ""]
+    lines += failure_lines(result, own)
+    others = [r.npu.name for r, _ in failing[1:]]
+    if others:
+        lines += ["", f"Also failing here: {', '.join(others[:_NAMED])}"
+                  + (f" and {len(others) - _NAMED} more" if len(others) > _NAMED else "")
+                  + " (each in the JSON and the report)."]
+    carried = sum(r.status == "carried" for r in results)
+    if carried:
+        lines.append(f"{carried} more nodes here carry an earlier error (xfail-like: not "
+                     "counted against this region).")
+    return lines
+
+
+def _more(count: int, what: str) -> list[str]:
+    return [f"... and {count - _NAMED} more {what}"] if count > _NAMED else []
