@@ -87,6 +87,23 @@ class MonitorComparison:
         return sorted((p for p in found if p is not None), key=lambda p: p.order)
 
 
+    def carried_by(self, result: KindResult) -> Parting | None:
+        """The earlier parting of another state on the same rank that this one carries, else
+        None: weights updated from parted gradients, Adam moments that took them in. A state
+        parting at a later step carries it (after one step every state of every parameter
+        depends on the parted one); at the same step only for the same parameter, in the
+        training order (gradients, then moments, then weights)."""
+        first = result.first
+        if first is None:
+            return None
+        head = next(iter(self.firsts(result.rank)), None)
+        if head is None or head.kind == result.kind or head.order >= first.order:
+            return None
+        if head.step < first.step or head.npu_name == first.npu_name:
+            return head
+        return None
+
+
 def compare_monitors(npu: MonitorRun, bench: MonitorRun, tolerance: Tolerance,
                      rules: NameRules | None = None) -> MonitorComparison:
     """Pair ranks, state kinds and parameter names; judge every step of every pair."""

@@ -54,6 +54,15 @@ class MonitorItem(AccuracyItem):
         cmp = self.parent.comparison
         result = cmp.results[self.key]
         self.stash[RECORD_KEY] = record(result, cmp)
+        head = cmp.carried_by(result)
+        if head is not None:  # one cause, one failed item: the state that parted first
+            self.stash[RECORD_KEY]["status"] = "carried"
+            first = result.first
+            assert first is not None
+            pytest.xfail(escape_controls(
+                f"{result.kind} parts at step {first.step} ({first.npu_name}), after "
+                f"{head.kind} parted at step {head.step} ({head.npu_name}): it carries that "
+                "error (the failed item of that state is the one to look at)"))
         if result.first is not None:
             raise AccuracyError([escape_controls(line) for line in failure_lines(result, cmp)])
         if result.compared == 0:
