@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-import math
+import re
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,39 +38,64 @@ def build_document(
 def compare_section(
     nodes: list[dict[str, Any]], summary: dict[str, Any]
 ) -> dict[str, Any]:
-    """The ``compare`` part: first divergence, coverage and one entry per node (no rows)."""
-    ordered = sorted(nodes, key=lambda n: (n["step"], n["rank"], n.get("order", 0)))
-    slim = [{k: v for k, v in n.items() if k not in ("rows", "order")} for n in ordered]
-    return {**summary, "nodes": slim}
+    """The ``compare`` part: first divergence, coverage and one entry per node, in run order.
+
+    The node records are the items' own (sorted in place, not copied: 100k of them are
+    ~150 MB); their report-only keys (``rows``, ``order``) are left out where the document
+    is written."""
+    nodes.sort(key=lambda n: (n["step"], n["rank"], n.get("order", 0)))
+    return {**summary, "nodes": nodes}
+
+
+# keys of a node record that feed the report folder, never the JSON document
+_REPORT_ONLY = ("rows", "order")
 
 
 def write_json(doc: dict[str, Any], path: str | Path) -> Path:
-    """Strict JSON: NaN becomes null, +-inf the strings "inf"/"-inf" (a zero bench element)."""
-    return write_atomic(path, document_text(_strict(doc)) + "\n")
+    """Strict JSON: NaN becomes null, +-inf the strings "inf"/"-inf" (a zero bench element).
+    Written node by node: the document is never one string in memory."""
+    with atomic_open(path, "w") as handle:
+        for chunk in document_chunks(doc):
+            handle.write(chunk)
+        handle.write("\n")
+    return Path(path)
 
 
 def document_text(doc: dict[str, Any]) -> str:
+    """The document as ``write_json`` writes it (without the final newline)."""
+    return "".join(document_chunks(doc))
+
+
+def document_chunks(doc: dict[str, Any]) -> Iterator[str]:
     """Indented JSON with one compact line per compare node: ``grep``-able, and written by
     json's C encoder (indented output takes the pure-Python one: 0.2 ms per node)."""
     section = doc.get("compare")
     if not isinstance(section, dict) or not section.get("nodes"):
-        return json.dumps(doc, indent=2, default=str, allow_nan=False)
-    nodes = section["nodes"]
+        yield _strict_text(json.dumps(doc, indent=2, default=str))
+        return
     token = f"nodes-{uuid.uuid4().hex}"  # no input-derived string can equal it
     shell = {**doc, "compare": {**section, "nodes": token}}
-    head, tail = json.dumps(shell, indent=2, default=str, allow_nan=False).split(f'"{token}"')
-    lines = ",\n".join("      " + json.dumps(n, default=str, allow_nan=False) for n in nodes)
-    return f"{head}[\n{lines}\n    ]{tail}"
+    head, tail = _strict_text(json.dumps(shell, indent=2, default=str)).split(f'"{token}"')
+    yield head + "[\n"
+    last = len(section["nodes"]) - 1
+    for i, node in enumerate(section["nodes"]):
+        slim = {k: v for k, v in node.items() if k not in _REPORT_ONLY}
+        text = _strict_text(json.dumps(slim, default=str))
+        yield f"      {text}{',' if i < last else ''}\n"
+    yield "    ]" + tail
 
 
-def _strict(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
-        return {k: _strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_strict(v) for v in value]
-    return value
+# a JSON string (skipped as it is) or a non-finite number token of json.dumps
+_NONFINITE = re.compile(r'"(?:[^"\\]|\\.)*"|-Infinity|Infinity|NaN')
+_STRICT = {"NaN": "null", "Infinity": '"inf"', "-Infinity": '"-inf"'}
+
+
+def _strict_text(text: str) -> str:
+    """json.dumps' NaN/Infinity tokens as null/"inf"/"-inf" (inside strings untouched);
+    a scan only where such a token may be there at all."""
+    if "NaN" not in text and "Infinity" not in text:
+        return text
+    return _NONFINITE.sub(lambda m: _STRICT.get(m.group(), m.group()), text)
 
 
 def write_compare_csv(nodes: list[dict[str, Any]], out_dir: Path,
