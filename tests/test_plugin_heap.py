@@ -22,7 +22,8 @@ ROLE = ["main"]
 def _at_exit():
     with open(os.environ["HEAP_PROBE_OUT"], "a") as out:
         out.write(f"{ROLE[0]} {SEEN['before']} {SEEN.get('during')} {gc.get_threshold()} "
-                  f"frozen={gc.get_freeze_count() > 0}\\n")
+                  f"frozen={gc.get_freeze_count() > 0} "
+                  f"items_frozen={SEEN.get('items_frozen')}\\n")
 
 atexit.register(_at_exit)
 
@@ -31,6 +32,7 @@ def pytest_configure(config):
 
 def pytest_runtest_logreport(report):
     SEEN.setdefault("during", gc.get_threshold())
+    SEEN.setdefault("items_frozen", gc.get_freeze_count() > 0)
 """
 
 
@@ -56,7 +58,8 @@ def test_compare_run_has_fewer_full_passes_restored_after(probe: pytest.Pytester
     result = probe.runpytest_subprocess(f"--acc-npu={NPU}", f"--acc-bench={BENCH}",
                                         "-p", "no:cacheprovider")
     assert result.ret == 1  # the bundled bug: the verdict is the same
-    assert exit_lines(probe) == [f"main {DEFAULT} {RAISED} {DEFAULT} frozen=True"]
+    assert exit_lines(probe) == [f"main {DEFAULT} {RAISED} {DEFAULT} frozen=True "
+                                 "items_frozen=True"]
 
 
 def test_switch_keeps_the_collectors_settings(probe: pytest.Pytester,
@@ -65,7 +68,8 @@ def test_switch_keeps_the_collectors_settings(probe: pytest.Pytester,
     result = probe.runpytest_subprocess(f"--acc-npu={NPU}", f"--acc-bench={BENCH}",
                                         "-p", "no:cacheprovider")
     assert result.ret == 1
-    assert exit_lines(probe) == [f"main {DEFAULT} {DEFAULT} {DEFAULT} frozen=False"]
+    assert exit_lines(probe) == [f"main {DEFAULT} {DEFAULT} {DEFAULT} frozen=False "
+                                 "items_frozen=False"]
 
 
 def test_runs_without_compare_items(probe: pytest.Pytester) -> None:
@@ -74,8 +78,10 @@ def test_runs_without_compare_items(probe: pytest.Pytester) -> None:
     assert probe.runpytest_subprocess("-p", "no:cacheprovider").ret == 0
     # an --acc-* run without compare items: rarer full passes, restored; the heap not frozen
     assert probe.runpytest_subprocess("--acc-suite=off", "-p", "no:cacheprovider").ret == 0
-    assert exit_lines(probe) == [f"main {DEFAULT} {DEFAULT} {DEFAULT} frozen=False",
-                                 f"main {DEFAULT} {RAISED} {DEFAULT} frozen=False"]
+    assert exit_lines(probe) == [f"main {DEFAULT} {DEFAULT} {DEFAULT} frozen=False "
+                                 "items_frozen=False",
+                                 f"main {DEFAULT} {RAISED} {DEFAULT} frozen=False "
+                                 "items_frozen=False"]
 
 
 def test_xdist_controller_and_workers(probe: pytest.Pytester) -> None:
@@ -84,5 +90,5 @@ def test_xdist_controller_and_workers(probe: pytest.Pytester) -> None:
                                         "-p", "no:cacheprovider", "-n", "2")
     assert result.ret == 1
     # the controller, which holds every worker's reports, and both workers
-    line = f"{DEFAULT} {RAISED} {DEFAULT} frozen=True"
+    line = f"{DEFAULT} {RAISED} {DEFAULT} frozen=True items_frozen=True"
     assert exit_lines(probe) == [f"main {line}", f"worker {line}", f"worker {line}"]
