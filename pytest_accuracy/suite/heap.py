@@ -27,10 +27,11 @@ class HeapSettings:
     the process is about to give back: 1.8 s of a 10,000-node run. Python makes no promise to
     finalize objects still alive at exit. The heap is also frozen when the compare items start
     (what loading and collection made) and when they end (results and reports), so pytest's
-    own ``gc.collect()`` at unconfigure passes over what came after; a reference cycle that
-    became garbage before one of those points is not finalized, which an ``--acc-*`` run's
-    own objects do not need. ``PYTEST_ACCURACY_DEFAULT_GC=1`` keeps the collector's own
-    settings.
+    own ``gc.collect()`` at unconfigure passes over what came after, and thawed after that
+    collect (a run inside a longer process, pytester's, leaves nothing frozen); a reference
+    cycle that became garbage before a freeze is then found by that longer process's next
+    heap-wide pass, not at this run's unconfigure. ``PYTEST_ACCURACY_DEFAULT_GC=1`` keeps the
+    collector's own settings.
     """
 
     def __init__(self, config: pytest.Config) -> None:
@@ -58,6 +59,11 @@ class HeapSettings:
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.compare_run:
+            # after pytest's own gc.collect(): a run inside a longer process (pytester's
+            # in-process runs) must not leave its heap, and the stale entries of weak caches
+            # that hold on to it, frozen for the rest of that process
+            gc.unfreeze()
         if self.enabled:
             gc.set_threshold(*self.saved)
 
