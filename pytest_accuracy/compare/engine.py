@@ -64,6 +64,8 @@ class Comparison:
         self.inputs_mode = inputs
         self.entries: list[tuple[Dump, Call]] = [(d, c) for d in npu for c in d.calls]
         self._pairs: dict[tuple[int, int], Mapping[str, str]] = {}
+        self._bench_calls: list[Call | None] = [None] * len(self.entries)
+        self._looked_up = bytearray(len(self.entries))
         self._futures: dict[int, Future[NodeResult]] = {}
         self._done: dict[int, NodeResult] = {}
         self._workers = workers if workers is not None else _default_workers(npu, bench)
@@ -139,6 +141,8 @@ class Comparison:
             self._pool = None
 
     def bench_call(self, index: int) -> Call | None:
+        if self._looked_up[index]:  # asked ~8 times a node: pairs are fixed once made
+            return self._bench_calls[index]
         dump, call = self.entries[index]
         bench_dump = self.bench.dumps.get((dump.step, dump.rank))
         if bench_dump is None:
@@ -147,7 +151,9 @@ class Comparison:
         if key not in self._pairs:
             self._pairs[key] = self.pairing(dump, bench_dump)
         name = self._pairs[key].get(call.name)
-        return bench_dump.get(name) if name else None
+        bench = bench_dump.get(name) if name else None
+        self._bench_calls[index], self._looked_up[index] = bench, 1
+        return bench
 
     def region_of(self, index: int) -> str | None:
         """The region a region-node pair's call is compared with (in words), else None."""

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -13,6 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_accuracy.settings import parse_int_set, path_setting, setting, typed_setting
+from pytest_accuracy.suite.heap import long_lived
 
 if TYPE_CHECKING:  # numpy and the compare core load when a compare runs, not at start-up
     from pytest_accuracy.compare import Comparison, Pairing
@@ -57,7 +56,7 @@ class SuiteState:
             hint = " (or --acc-precheck to check the NPU dump alone)" if self.npu else ""
             raise AccuracyInputError(str(given),
                                      f"compare needs both dumps: {missing} is missing{hint}")
-        with _long_lived():
+        with long_lived():
             npu, bench = self._load(self.npu), self._load(self.bench)
         check_levels(npu, bench)
         check_tasks(npu, bench)
@@ -134,21 +133,6 @@ def check_tasks(npu: DumpSet, bench: DumpSet) -> None:
     mismatch = task_mismatch(npu, bench)
     if mismatch is not None and not mismatch.comparable:
         raise pytest.UsageError(mismatch.problem())
-
-
-@contextmanager
-def _long_lived() -> Iterator[None]:
-    """The dump model lives as long as the session: built with the cyclic GC paused, so the
-    collector does not walk its millions of new objects again and again while they are made
-    (tens of seconds at 50,000 nodes).  Not gc.freeze(): frozen garbage keeps stale entries
-    of weak caches (matplotlib's, across pytester runs) alive."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def make_state(config: pytest.Config) -> SuiteState:
