@@ -17,11 +17,16 @@ from pytest_accuracy.dumps.model import Call, Dump, TensorRecord
 def identical_steps(
     pairs: Iterable[tuple[Dump, Call, Call | None]],
 ) -> set[tuple[int, int]]:
-    """(step, rank) of every dump whose nodes all match the bench's exactly."""
+    """(step, rank) of every dump whose nodes all match the bench's exactly; only dumps that
+    a later step of their rank follows are judged (no later step can be held to one)."""
+    pairs = list(pairs)
+    last: dict[int, int] = {}
+    for dump, _, _ in pairs:
+        last[dump.rank] = max(last.get(dump.rank, dump.step), dump.step)
     verdict: dict[tuple[int, int], bool] = {}
     for dump, npu, bench in pairs:
         key = (dump.step, dump.rank)
-        if verdict.get(key, True):
+        if dump.step < last[dump.rank] and verdict.get(key, True):
             verdict[key] = bench is not None and _same_call(npu, bench)
     return {key for key, same in verdict.items() if same}
 
