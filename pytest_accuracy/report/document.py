@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from pytest_accuracy import __version__
-from pytest_accuracy.report.cells import csv_cell
 from pytest_accuracy.safe_io import atomic_open, write_atomic
 
 DOCUMENT_VERSION = 1
@@ -77,12 +76,36 @@ def document_chunks(doc: dict[str, Any]) -> Iterator[str]:
     shell = {**doc, "compare": {**section, "nodes": token}}
     head, tail = _strict_text(json.dumps(shell, indent=2, default=str)).split(f'"{token}"')
     yield head + "[\n"
-    last = len(section["nodes"]) - 1
-    for i, node in enumerate(section["nodes"]):
-        slim = {k: v for k, v in node.items() if k not in _REPORT_ONLY}
-        text = _strict_text(json.dumps(slim, default=str))
-        yield f"      {text}{',' if i < last else ''}\n"
+    nodes = section["nodes"]
+    for start in range(0, len(nodes), _NODES_PER_CHUNK):
+        lines = _node_lines(nodes[start:start + _NODES_PER_CHUNK], token)
+        last = start + _NODES_PER_CHUNK >= len(nodes)
+        yield "".join(f"      {line},\n" for line in lines[:-1]) + (
+            f"      {lines[-1]}{'' if last else ','}\n")
     yield "    ]" + tail
+
+
+# Nodes encoded by one json.dumps call: the per-call set-up was most of a small record's cost;
+# a bounded batch keeps the document from being one string in memory.
+_NODES_PER_CHUNK = 512
+
+
+def _node_lines(nodes: list[dict[str, Any]], token: str) -> list[str]:
+    """Each node's compact JSON text, as ``json.dumps(node, default=str)`` less the
+    report-only keys would give it, from one ``json.dumps`` of the whole batch.
+
+    The batch interleaves the nodes with the string ``token`` and is cut where it stands
+    between them: inside an encoded string a quote is always escaped, so ``, "<token>", ``
+    can only be the separator. NaN/Infinity rewriting leaves strings alone and each node is
+    a whole JSON value, so rewriting the batch rewrites each node alike."""
+    batch: list[Any] = []
+    for node in nodes:
+        slim = node.copy()  # a C copy and two pops: a comprehension cost 4 us a node
+        for key in _REPORT_ONLY:
+            slim.pop(key, None)
+        batch += (slim, token)
+    text = _strict_text(json.dumps(batch[:-1], default=str))
+    return text[1:-1].split(f', "{token}", ')
 
 
 # a JSON string (skipped as it is) or a non-finite number token of json.dumps
@@ -105,33 +128,77 @@ def write_compare_csv(nodes: list[dict[str, Any]], out_dir: Path,
     ``Status`` and ``Cause`` give each row its node's verdict as the terminal gives it (first
     divergence, makes an error, carried from X, pass, skipped, ...); ``Result`` stays
     msprobe's per-tensor judgement of the metrics alone. ``first`` is the run's first
-    divergence (its likely cause). Written with the csv module: importing pandas cost more
-    than the rest of the report.
+    divergence (its likely cause). The bytes are csv.writer's (excel dialect) for the rows
+    ``{Step, Rank, "Status", "Cause", **row}`` with every cell through ``csv_cell``; they are
+    formatted by ``RowFormat``, a few C calls per row (csv.writer and a dict per row took
+    1.6 s of a 20,000-node run). No pandas: importing it cost more than the whole report.
     """
-    import csv
+    from pytest_accuracy.report.cells import csv_line
 
-    from pytest_accuracy.report.records import node_status
-
-    rows = []
-    for n in sorted(nodes, key=lambda n: (n["step"], n["rank"], n.get("order", 0))):
-        if n.get("rows"):
-            status, cause = node_status(n, first)
-            rows += [{**_front(row), "Status": status, "Cause": cause, **row}
-                     for row in n["rows"]]
-    if not rows:
+    verdicts = _node_verdicts(nodes, first)
+    if not verdicts:
         return None
-    columns = list(dict.fromkeys(key for row in rows for key in row))
+    columns, picks = _table_layout(verdicts)
     path = out_dir / "compare_result.csv"
     with atomic_open(path, "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow([csv_cell(c) for c in columns])
-        writer.writerows([csv_cell(row.get(c)) for c in columns] for row in rows)
+        fh.write(csv_line(columns))
+        fh.writelines(_records(verdicts, picks))
     return path
 
 
-def _front(row: dict[str, Any]) -> dict[str, Any]:
-    """Step and Rank lead, Status and Cause follow them."""
-    return {k: row[k] for k in ("Step", "Rank") if k in row}
+_Verdict = tuple[str, str, list[dict[str, Any]]]
+
+
+def _node_verdicts(nodes: list[dict[str, Any]],
+                   first: dict[str, Any] | None) -> list[_Verdict]:
+    """(Status, Cause, rows) of each node with rows, in run order."""
+    from pytest_accuracy.report.records import node_status
+
+    out = []
+    for n in sorted(nodes, key=lambda n: (n["step"], n["rank"], n.get("order", 0))):
+        if n.get("rows"):
+            status, cause = node_status(n, first)
+            out.append((status, cause, n["rows"]))
+    return out
+
+
+def _table_layout(verdicts: list[_Verdict]) -> tuple[list[Any], dict[tuple[Any, ...], list[int]]]:
+    """The columns, every row's keys in order of first appearance as the rows
+    ``{Step, Rank, "Status", "Cause", **row}`` give them; and for each distinct key tuple of
+    a row, where each column's cell sits in ``[status, cause, *row.values(), None]`` (the
+    None where the row has no such column). The union is taken over the few distinct key
+    tuples, not over every row."""
+    layouts = dict.fromkeys(keys for _, _, rows in verdicts for keys in map(tuple, rows))
+    columns = list(dict.fromkeys(k for keys in layouts for k in _row_columns(keys)))
+    picks = {}
+    for keys in layouts:
+        where = {"Status": 0, "Cause": 1, **{k: i + 2 for i, k in enumerate(keys)}}
+        picks[keys] = [where.get(c, len(keys) + 2) for c in columns]  # a row's own value wins
+    return columns, picks
+
+
+def _row_columns(keys: tuple[Any, ...]) -> list[Any]:
+    """Step and Rank lead, Status and Cause follow them, then the row's other keys."""
+    front = [k for k in ("Step", "Rank") if k in keys]
+    return list(dict.fromkeys([*front, "Status", "Cause", *keys]))
+
+
+def _records(verdicts: list[_Verdict],
+             picks: dict[tuple[Any, ...], list[int]]) -> Iterator[str]:
+    """Each row's CSV record, in run order; one ``RowFormat`` per row shape (keys and cell
+    types): the shape of the row's cells decides which are text to neutralise."""
+    from pytest_accuracy.report.cells import RowFormat, TextFields
+
+    formats: dict[tuple[tuple[Any, ...], tuple[type, ...]], RowFormat] = {}
+    fields = TextFields()
+    for status, cause, rows in verdicts:
+        for row in rows:
+            cells = [status, cause, *row.values(), None]
+            shape = (tuple(row), tuple(map(type, cells)))
+            form = formats.get(shape)
+            if form is None:
+                form = formats[shape] = RowFormat(picks[shape[0]], shape[1])
+            yield form.line(cells, fields)
 
 
 def write_html(doc: dict[str, Any], out_dir: Path, images: list[Path]) -> Path:

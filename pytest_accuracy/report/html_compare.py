@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_accuracy.report.html_page import esc, filter_controls, fmt, section
+from pytest_accuracy.report.html_page import Memo, esc, filter_controls, fmt, section
 from pytest_accuracy.report.svg import COLOURS, Point, error_chart
 
 _MAX_CHARTS = 8
@@ -61,13 +61,18 @@ def compare_sections(compare: dict[str, Any], criteria: dict[str, Any]) -> list[
     nodes: list[dict[str, Any]] = compare.get("nodes") or []
     first = compare.get("first_divergence")
     out = [section("Where it diverges", _first_card(first, compare), "first")]
-    out.append(section("Error along execution order", _charts(nodes, criteria, first), "chart"))
+    # each node's error and tolerance once: the charts and the table both show them
+    errors = [node_error(n) for n in nodes]
+    tolerances = [node_tolerance(n, criteria) for n in nodes]
+    out.append(section("Error along execution order",
+                       _charts(nodes, errors, tolerances, first), "chart"))
     if len({(n["step"], n["rank"]) for n in nodes}) > 1:
         out.append(section("Per step and rank", _per_dump_table(nodes), "dumps"))
     from pytest_accuracy.report.html_tree import module_tree
 
     out.append(section("Module tree", module_tree(nodes, criteria, first), "tree"))
-    out.append(section(f"Every node ({len(nodes)})", _node_table(nodes, criteria), "nodes"))
+    out.append(section(f"Every node ({len(nodes)})",
+                       _node_table(nodes, errors, tolerances), "nodes"))
     return out
 
 
@@ -128,22 +133,29 @@ def _by_dump(nodes: Sequence[dict[str, Any]]) -> dict[tuple[int, int], list[dict
     return out
 
 
-def _charts(nodes: list[dict[str, Any]], criteria: dict[str, Any],
-            first: dict[str, Any] | None) -> str:
-    groups = _by_dump(nodes)
+def _charts(nodes: list[dict[str, Any]], errors: list[float | None],
+            tolerances: list[float | None], first: dict[str, Any] | None) -> str:
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, node in enumerate(nodes):
+        groups.setdefault((node["step"], node["rank"]), []).append(i)
     parts = [_legend()]
     for (step, rank), members in list(groups.items())[:_MAX_CHARTS]:
-        points = [Point(i, node_error(n) if n.get("status") not in ("unmatched", "skip") else None,
-                        _chart_status(n, first),
-                        f"#{i} {n['npu_name']}: {n.get('status')}, error {fmt(node_error(n))}",
-                        node_tolerance(n, criteria)) for i, n in enumerate(members)]
-        first_x = next((i for i, n in enumerate(members) if _is_first(n, first)), None)
+        points = [_point(x, nodes[i], errors[i], tolerances[i], first)
+                  for x, i in enumerate(members)]
+        first_x = next((x for x, i in enumerate(members) if _is_first(nodes[i], first)), None)
         parts.append(error_chart(points, first_x=first_x, title=f"step {step}, rank {rank}: "
                                  f"relative error per node (log scale)"))
     if len(groups) > _MAX_CHARTS:
         parts.append(f"<p class='note'>Charts for the first {_MAX_CHARTS} of {len(groups)} "
                      "step/rank dumps; the table below has every node.</p>")
     return "".join(parts)
+
+
+def _point(x: int, n: dict[str, Any], error: float | None, tolerance: float | None,
+           first: dict[str, Any] | None) -> Point:
+    return Point(x, error if n.get("status") not in ("unmatched", "skip") else None,
+                 _chart_status(n, first),
+                 f"#{x} {n['npu_name']}: {n.get('status')}, error {fmt(error)}", tolerance)
 
 
 def _legend() -> str:
@@ -194,9 +206,13 @@ _COLUMNS = ("#", "step", "rank", "NPU node", "bench node", "status", "dtype", "t
             "tolerance", "cosine", "max abs err", "why", "reason")
 
 
-def _node_table(nodes: list[dict[str, Any]], criteria: dict[str, Any]) -> str:
-    present = [s for s in STATUSES if any(n.get("status") == s for n in nodes)]
-    rows = [_node_row(i, n, criteria) for i, n in enumerate(nodes)]
+def _node_table(nodes: list[dict[str, Any]], errors: list[float | None],
+                tolerances: list[float | None]) -> str:
+    seen = {s for s in (n.get("status") for n in nodes) if isinstance(s, str)}
+    present = [s for s in STATUSES if s in seen]
+    text, names = Memo(esc), Memo(breakable)
+    rows = [_node_row(i, n, errors[i], tolerances[i], text, names)
+            for i, n in enumerate(nodes)]
     head = "".join(f"<th>{esc(c)}</th>" for c in _COLUMNS)
     return (filter_controls("nodes-table", present, len(nodes))
             + "<div class='scroll'><table id='nodes-table' class='sortable mono nodes'><thead>"
@@ -208,26 +224,34 @@ def breakable(name: Any) -> str:
     return _BREAK.sub(r"\1<wbr>", esc(name))
 
 
-def _node_row(i: int, n: dict[str, Any], criteria: dict[str, Any]) -> str:
-    status = str(n.get("status"))
-    error, tolerance = node_error(n), node_tolerance(n, criteria)
+def _node_row(i: int, n: dict[str, Any], error: float | None, tolerance: float | None,
+              text: Memo, names: Memo) -> str:
+    """One row of the node table, as one string: 20,000 rows of small helpers' strings were
+    most of the page's time. ``text`` escapes, ``names`` makes breakable (both cached: for
+    the values rows repeat; a node's own name is escaped as it is)."""
+    raw_status = str(n.get("status"))
+    status, compact = text(raw_status), raw_status == "carried"
     why = n.get("finding") or (f"carried from {n['carried_from']}" if n.get("carried_from")
                                else "")
-    reason = esc(n.get("waiver") or n.get("reason"))
-    compact = status == "carried"
-    tds = [_td(str(i), "num"), _td(esc(n["step"]), "num"), _td(esc(n["rank"]), "num"),
-           _td(esc(n["npu_name"]), "name"), _bench_cell(n),
-           f"<td><span class='s-{esc(status)}'>{esc(status)}</span></td>",
-           _td(esc(n.get("effective_dtype"))), _td(esc(n.get("tensor")), "name"),
-           f"<td data-v='{_sort_key(error)}' class='num'>{fmt(error)}</td>",
-           f"<td data-v='{_sort_key(tolerance)}' class='num'>{fmt(tolerance)}</td>",
-           _td(fmt(n.get("cosine")), "num"), _td(fmt(n.get("max_abs_err")), "num"),
-           _td(_clipped(esc(why), esc(why)) if compact else breakable(why), "why"),
-           _td(_clipped(reason, reason) if compact else reason, "text")]
-    classes = " ".join(c for c, on in (("first", n.get("first_divergence")),
-                                       ("compact", compact)) if on)
+    reason = text(n.get("waiver") or n.get("reason"))
+    if compact:  # one line cut with an ellipsis, the whole text on hover
+        why_cell, reason_cell = _clipped(text(why), text(why)), _clipped(reason, reason)
+    else:
+        why_cell, reason_cell = names(why), reason
+    classes = (("first " if n.get("first_divergence") else "")
+               + ("compact" if compact else "")).rstrip()
     cls = f" class='{classes}'" if classes else ""
-    return f"<tr data-status='{esc(status)}'{cls}>{''.join(tds)}</tr>"
+    return (f"<tr data-status='{status}'{cls}><td class='num'>{i}</td>"
+            f"<td class='num'>{text(n['step'])}</td><td class='num'>{text(n['rank'])}</td>"
+            f"<td class='name'>{esc(n['npu_name'])}</td>{_bench_cell(n)}"
+            f"<td><span class='s-{status}'>{status}</span></td>"
+            f"<td>{text(n.get('effective_dtype'))}</td>"
+            f"<td class='name'>{text(n.get('tensor'))}</td>"
+            f"<td data-v='{_sort_key(error)}' class='num'>{fmt(error)}</td>"
+            f"<td data-v='{_sort_key(tolerance)}' class='num'>{fmt(tolerance)}</td>"
+            f"<td class='num'>{fmt(n.get('cosine'))}</td>"
+            f"<td class='num'>{fmt(n.get('max_abs_err'))}</td>"
+            f"<td class='why'>{why_cell}</td><td class='text'>{reason_cell}</td></tr>")
 
 
 def _clipped(content: str, title: str) -> str:
@@ -235,16 +259,12 @@ def _clipped(content: str, title: str) -> str:
     return f"<div class='clip' title='{title}'>{content}</div>"
 
 
-def _td(content: str, cls: str = "") -> str:
-    return f"<td class='{cls}'>{content}</td>" if cls else f"<td>{content}</td>"
-
-
 def _bench_cell(n: dict[str, Any]) -> str:
     """The bench node's name; ``= NPU`` where it is the NPU node's own name (most rows)."""
     bench = n.get("bench_name")
     if bench is not None and str(bench) == str(n["npu_name"]):
         return "<td class='same' title='same name as the NPU node'>= NPU</td>"
-    return _td(esc(bench), "name")
+    return f"<td class='name'>{esc(bench)}</td>"
 
 
 def _sort_key(value: float | None) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 STYLE = """
@@ -71,6 +71,29 @@ function accFilter(id){
 
 def esc(value: Any) -> str:
     return html.escape("" if value is None else str(value))
+
+
+class Memo(dict[Any, str]):
+    """``fn(value)`` (an escaping function) worked out once per distinct string or int: a big
+    table repeats its statuses, dtypes, steps, reasons in every row. Other values are not
+    kept (``1 == 1.0 == True`` would share one entry); the cache starts over when full, as
+    distinct node names would otherwise all stay in it."""
+
+    _KEPT = 8192
+
+    def __init__(self, fn: Callable[[Any], str]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def __missing__(self, value: Any) -> str:
+        if len(self) >= self._KEPT:
+            self.clear()
+        text = self[value] = self.fn(value)
+        return text
+
+    def __call__(self, value: Any) -> str:
+        kind = type(value)
+        return self[value] if kind is str or kind is int else self.fn(value)
 
 
 def fmt(value: Any) -> str:

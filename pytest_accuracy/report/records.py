@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any
 
 from pytest_accuracy.compare import NodeResult, TensorComparison
@@ -20,6 +22,25 @@ STATS_COLUMNS = {
     "l2norm_diff": "L2norm diff", "max_relative_err": "MaxRelativeErr",
     "min_relative_err": "MinRelativeErr", "mean_relative_err": "MeanRelativeErr",
     "norm_relative_err": "NormRelativeErr",
+}
+# Rows are built as one tuple of values zipped with a fixed header per metric kind, each
+# metric object read by one C call: a 100k-node run builds 500k rows, and per-field getattr,
+# NaN and percent calls and dict updates were most of their cost.
+_TENSOR_VALUES = attrgetter(*TENSOR_COLUMNS)
+_STATS_VALUES = attrgetter(*STATS_COLUMNS)
+# the statistics columns msprobe writes in percent: its relative errors
+_PERCENT = tuple(i for i, k in enumerate(STATS_COLUMNS) if k.endswith("relative_err"))
+_RECORDED = attrgetter("max", "min", "mean", "norm")
+_UNRECORDED = (None, None, None, None)
+_FRONT = ("Step", "Rank", "NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype",
+          "NPU Tensor Shape", "Bench Tensor Shape", "Effective Dtype")
+_BACK = (*(f"{side} {s}" for side in ("NPU", "Bench") for s in ("max", "min", "mean", "l2norm")),
+         "Result", "Err_message", "NPU_Stack_Info")
+_ROW_KEYS = {  # the row's columns by the kind of its metrics
+    "tensor": (*_FRONT, *TENSOR_COLUMNS.values(), *_BACK),
+    "statistics": (*_FRONT, *STATS_COLUMNS.values(), *_BACK),
+    "md5": (*_FRONT, "NPU MD5", "BENCH MD5", *_BACK),
+    "none": (*_FRONT, *_BACK),
 }
 
 
@@ -54,7 +75,7 @@ def node_record(
         "carried_from": result.carried_from,
         "tolerance": vars(result.tolerance) if result.tolerance is not None else None,
         "twin_step": result.twin_step,
-        "rows": [tensor_row(result, t) for t in result.inputs + result.outputs] if rows else [],
+        "rows": _rows(result) if rows else [],
     }
     record.update(_metric_fields(worst))
     record["parent"] = result.npu.parent  # construct.json: the report's module tree
@@ -75,54 +96,69 @@ def _worst_output(result: NodeResult) -> TensorComparison | None:
 def _metric_fields(t: TensorComparison | None) -> dict[str, Any]:
     m = t.metrics if t else None
     if isinstance(m, TensorMetrics):
-        return {k: _num(getattr(m, k)) for k in TENSOR_COLUMNS}
+        return dict(zip(TENSOR_COLUMNS, _nums(_TENSOR_VALUES(m)), strict=True))
     if isinstance(m, StatsMetrics):
-        return {k: _num(getattr(m, k)) for k in STATS_COLUMNS}
+        return dict(zip(STATS_COLUMNS, _nums(_STATS_VALUES(m)), strict=True))
     if t is not None and t.method == "md5":
         return {"md5_equal": t.ok}
     return {}
 
 
+def _rows(result: NodeResult) -> list[dict[str, Any]]:
+    tensors = result.inputs + result.outputs
+    if not tensors:
+        return []
+    stack = result.npu.stack_line()  # the node's, the same in each of its rows: found once
+    return [_tensor_row(result, t, stack) for t in tensors]
+
+
 def tensor_row(result: NodeResult, t: TensorComparison) -> dict[str, Any]:
     """One row in msprobe's compare-table layout (numbers stay numbers)."""
+    return _tensor_row(result, t, result.npu.stack_line())
+
+
+def _tensor_row(result: NodeResult, t: TensorComparison, stack: str | None) -> dict[str, Any]:
     npu, bench = t.npu, t.bench
-    row: dict[str, Any] = {
-        "Step": result.step, "Rank": result.rank,
-        "NPU Name": f"{result.npu.name}.{t.path}",
-        "Bench Name": f"{result.bench.name}.{t.path}" if result.bench and bench else None,
-        "NPU Dtype": npu.raw_dtype, "Bench Dtype": bench.raw_dtype if bench else None,
-        "NPU Tensor Shape": list(npu.shape),
-        "Bench Tensor Shape": list(bench.shape) if bench else None,
-        "Effective Dtype": t.dtype,
-    }
+    kind, metrics = _row_metrics(t)
+    npu_stats, bench_stats = npu.stats if npu else None, bench.stats if bench else None
+    values = (
+        result.step, result.rank, f"{result.npu.name}.{t.path}",
+        f"{result.bench.name}.{t.path}" if result.bench and bench else None,
+        npu.raw_dtype, bench.raw_dtype if bench else None,
+        list(npu.shape), list(bench.shape) if bench else None, t.dtype,
+        *metrics,
+        *(_RECORDED(npu_stats) if npu_stats else _UNRECORDED),
+        *(_RECORDED(bench_stats) if bench_stats else _UNRECORDED),
+        "pass" if t.ok else "fail", t.judgement.detail, stack,
+    )
+    return dict(zip(_ROW_KEYS[kind], values, strict=True))
+
+
+def _row_metrics(t: TensorComparison) -> tuple[str, Sequence[Any]]:
+    """The kind of the row's metric columns and their values (NaN as None)."""
     m = t.metrics
     if isinstance(m, TensorMetrics):
-        row.update({col: _num(getattr(m, k)) for k, col in TENSOR_COLUMNS.items()})
-    elif isinstance(m, StatsMetrics):
-        row.update({col: _stat(k, getattr(m, k)) for k, col in STATS_COLUMNS.items()})
-    elif t.method == "md5":
-        row.update({"NPU MD5": npu.md5, "BENCH MD5": bench.md5 if bench else None})
-    for side, rec in (("NPU", npu), ("Bench", bench)):
-        stats = rec.stats if rec else None
-        row.update({
-            f"{side} max": stats.max if stats else None,
-            f"{side} min": stats.min if stats else None,
-            f"{side} mean": stats.mean if stats else None,
-            f"{side} l2norm": stats.norm if stats else None,
-        })
-    row["Result"] = "pass" if t.ok else "fail"
-    row["Err_message"] = t.judgement.detail
-    row["NPU_Stack_Info"] = result.npu.stack_line()
-    return row
+        return "tensor", _nums(_TENSOR_VALUES(m))
+    if isinstance(m, StatsMetrics):
+        return "statistics", _percent(_nums(_STATS_VALUES(m)))
+    if t.method == "md5":
+        return "md5", (t.npu.md5, t.bench.md5 if t.bench else None)
+    return "none", ()
 
 
-def _stat(key: str, value: Any) -> Any:
+def _nums(values: tuple[Any, ...]) -> list[Any]:
+    """The values with NaN as None (JSON has no NaN; an empty CSV cell), in one pass."""
+    isnan = math.isnan
+    return [None if isinstance(v, float) and isnan(v) else v for v in values]
+
+
+def _percent(values: list[Any]) -> list[Any]:
     """Statistics relative errors in percent, as msprobe writes them under the same column
     names (the JSON document keeps fractions under its snake_case keys)."""
-    value = _num(value)
-    if key.endswith("relative_err") and isinstance(value, (int, float)):
-        return value * 100.0
-    return value
+    for i in _PERCENT:
+        if isinstance(values[i], (int, float)):
+            values[i] = values[i] * 100.0
+    return values
 
 
 def node_status(node: dict[str, Any], first: dict[str, Any] | None = None) -> tuple[str, str]:
@@ -145,9 +181,3 @@ def node_status(node: dict[str, Any], first: dict[str, Any] | None = None) -> tu
 def _finding(node: dict[str, Any]) -> str:
     findings = node.get("findings") or []
     return str(findings[0].get("detail", "")) if findings else ""
-
-
-def _num(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
