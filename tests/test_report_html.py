@@ -118,3 +118,21 @@ def test_report_page_is_written_for_a_passing_run(pytester: pytest.Pytester) -> 
                      f"--acc-bench={dump('pt_fp32', 'L1_tensor')}")
     assert "<header class='pass'>" in text
     assert "no divergence: 244 compared nodes meet the criteria" in text
+
+
+def test_a_lone_surrogate_in_a_node_name_is_written_as_text(pytester: pytest.Pytester) -> None:
+    """JSON can hold "\\ud800" in a node name; UTF-8 cannot: the page is still written (it
+    raised UnicodeEncodeError at session finish), the surrogate as the text \\ud800 and the
+    markup around it escaped."""
+    import shutil
+
+    for side, run in (("npu", "pt_bug"), ("bench", "pt_fp32")):
+        shutil.copytree(dump(run, "mix_statistics"), pytester.path / side)
+        for path in (pytester.path / side).rglob("dump.json"):
+            text = path.read_text().replace('"Tensor.__add__.5.forward"',
+                                            '"Tensor.__add__\\ud800<b>x</b>.5.forward"', 1)
+            path.write_text(text)
+    text, _ = report(pytester, f"--acc-npu={pytester.path / 'npu'}",
+                     f"--acc-bench={pytester.path / 'bench'}", isolated=True)
+    assert "first divergence <b>Tensor.__add__\\ud800&lt;b&gt;x&lt;/b&gt;.5.forward</b>" in text
+    assert "<b>x</b>" not in text

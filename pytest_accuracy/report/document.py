@@ -205,4 +205,7 @@ def write_html(doc: dict[str, Any], out_dir: Path, images: list[Path]) -> Path:
     """``index.html``: verdict, first divergence, charts, module tree, every node; logs criteria."""
     from pytest_accuracy.report.html import render
 
-    return write_atomic(out_dir / "index.html", render(doc, out_dir, images))
+    page = render(doc, out_dir, images)
+    # a lone surrogate (JSON can hold one in a node name) cannot be UTF-8: written as the
+    # text "\\ud800", which is no markup, where encoding it raised
+    return write_atomic(out_dir / "index.html", page.encode("utf-8", "backslashreplace"))
