@@ -4,7 +4,8 @@
 
 What no compare of these two dumps can avoid, done as plainly as numpy allows: parse both
 dump.json files, pair every tensor record by (node, position) as msprobe's full table does,
-read each paired ``.pt`` file once (its storage member found from the zip's local headers,
+compare the statistics of records without a data file in one vectorized pass, read each
+paired ``.pt`` file once (its storage member found from the zip's local headers,
 no zipfile object), and fold each pair in 64k-element float64 chunks into the four sums
 n.n, b.b, n.b, d.d (one BLAS thread). Prints one JSON line: pairs, bytes, seconds.
 """
@@ -37,7 +38,7 @@ DTYPES = {"torch.float32": np.float32, "torch.float16": np.float16, "torch.float
 def records(node: Any, path: str, out: dict[str, dict[str, Any]]) -> None:
     """Every tensor record under a node's JSON, keyed by its position."""
     if isinstance(node, dict):
-        if "data_name" in node and "dtype" in node:
+        if "dtype" in node and ("data_name" in node or "Max" in node):
             out[path] = node
             return
         for key, value in node.items():
@@ -80,11 +81,25 @@ def fold(n: np.ndarray, b: np.ndarray) -> list[float]:
     return sums
 
 
+STATS = ("Max", "Min", "Mean", "Norm")
+
+
+def compare_stats(rows: list[list[Any]]) -> np.ndarray:
+    """One vectorized pass over every statistics pair: each statistic's relative error
+    (NPU minus bench over the bench's magnitude), the worst per pair."""
+    table = np.array(rows, dtype=np.float64)  # None -> NaN
+    npu, bench = table[:, :4], table[:, 4:]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.abs(npu - bench) / np.abs(bench)
+    return np.nanmax(rel, axis=1)
+
+
 def main() -> None:
     t0 = time.perf_counter()
     sides = [dump_dir(Path(a)) for a in sys.argv[1:3]]
     docs = [json.loads((d / "dump.json").read_text())["data"] for d in sides]
     pairs = nbytes = 0
+    stats: list[list[Any]] = []
     for name, node in docs[0].items():
         other = docs[1].get(name)
         if other is None:
@@ -96,11 +111,17 @@ def main() -> None:
         for key, rec in mine.items():
             if key not in theirs:
                 continue
+            if "data_name" not in rec:  # a statistics record: compared below, all at once
+                stats.append([rec.get(k) for k in STATS] + [theirs[key].get(k) for k in STATS])
+                continue
             arrays = [storage(side / "dump_tensor_data" / r["data_name"], DTYPES[r["dtype"]])
                       for side, r in zip(sides, (rec, theirs[key]), strict=True)]
             fold(arrays[0], arrays[1])
             pairs += 1
             nbytes += arrays[0].nbytes + arrays[1].nbytes
+    if stats:
+        compare_stats(stats)
+        pairs += len(stats)
     print(json.dumps({"pairs": pairs, "mb": round(nbytes / 2**20, 1),
                       "seconds": round(time.perf_counter() - t0, 3)}))
 
