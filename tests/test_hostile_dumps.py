@@ -278,3 +278,22 @@ def test_plugin_reports_a_symlinked_data_root_without_a_traceback(
     assert "INTERNALERROR" not in out and "Traceback" not in out
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert "the tensor data directory resolves to" in out
+
+
+def test_many_distinct_dtype_strings_are_read_and_not_all_cached(tmp_path: Path) -> None:
+    """The reader caches each raw dtype's canonical name (a dump has a handful); a dump with
+    thousands of distinct dtype strings reads them all right, and the cache stays bounded."""
+    from pytest_accuracy.dumps import msprobe
+
+    tensor = {"type": "torch.Tensor", "shape": [2], "Max": 1.0, "Min": 0.0, "Mean": 0.5,
+              "Norm": 1.0}
+    data = {f"Torch.add.{i}.forward": {"input_args": [], "output": [
+        {**tensor, "dtype": f"torch.Float{i}"}]} for i in range(1000)}
+    rank = tmp_path / "step0" / "rank0"
+    rank.mkdir(parents=True)
+    (rank / "dump.json").write_text(json.dumps({"task": "statistics", "level": "L1",
+                                                "framework": "pytorch", "data": data}))
+    calls = load_dumps(tmp_path).dumps[(0, 0)].calls
+    assert [c.outputs[0].dtype for c in calls] == [f"float{i}" for i in range(1000)]
+    assert [c.outputs[0].raw_dtype for c in calls] == [f"torch.Float{i}" for i in range(1000)]
+    assert len(msprobe._DTYPES) <= 256
