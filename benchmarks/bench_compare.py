@@ -52,9 +52,11 @@ MODES = {  # name -> extra pytest arguments
 
 
 def pytest_cmd(python: Path, npu: Path, bench: Path, out: Path, extra: list[str]) -> list[str]:
+    # the development venv has hypothesis, whose pytest plugin imports it in every terminal
+    # summary (0.3-0.5 s here, in ours and in `--co` alike): a user without it does not pay it
     return [str(python), "-m", "pytest", f"--acc-npu={npu}", f"--acc-bench={bench}",
             f"--acc-json={out / 'acc.json'}", f"--acc-report={out / 'report'}",
-            "-p", "no:cacheprovider", "-q", *extra]
+            "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-q", *extra]
 
 
 def run_case(python: Path, npu: Path, bench: Path, repeat: int, msprobe: Path | None,
