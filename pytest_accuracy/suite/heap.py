@@ -14,7 +14,7 @@ from pytest_accuracy.switches import env_switch
 # Young-generation passes between two heap-wide ones in a compare run (CPython's default: 10).
 RUN_FULL_EVERY = 1000
 _FROZEN_AT_EXIT: list[bool] = []
-# The HeapSettings of the run now configured, while it has its settings on (None otherwise).
+# The HeapSettings of the run now configured, while it has its settings on (empty otherwise).
 _ACTIVE: list[HeapSettings] = []
 
 
@@ -29,13 +29,13 @@ class HeapSettings:
     behind, are kept); unconfigure restores the setting. When compare items ran, the heap is
     frozen at exit, so the interpreter's last pass does not visit and free, one by one, what
     the process is about to give back: 1.8 s of a 10,000-node run. Python makes no promise to
-    finalize objects still alive at exit. The heap is also frozen when the compare items start
-    (what loading and collection made) and when they end (results and reports), so pytest's
-    own ``gc.collect()`` at unconfigure passes over what came after, and thawed after that
-    collect (a run inside a longer process, pytester's, leaves nothing frozen); a reference
-    cycle that became garbage before a freeze is then found by that longer process's next
-    heap-wide pass, not at this run's unconfigure. ``PYTEST_ACCURACY_DEFAULT_GC=1`` keeps the
-    collector's own settings.
+    finalize objects still alive at exit. The heap is also frozen as the dump models are built
+    (``long_lived``), when the compare items start and when they end (results and reports),
+    so pytest's own ``gc.collect()`` calls at the end of the session pass over what came
+    after; it is thawed in a cleanup after the last of them (a run inside a longer process,
+    pytester's, leaves nothing frozen). A reference cycle that became garbage before a freeze
+    is then found by that longer process's next heap-wide pass, not at this run's end.
+    ``PYTEST_ACCURACY_DEFAULT_GC=1`` keeps the collector's own settings.
     """
 
     def __init__(self, config: pytest.Config) -> None:
@@ -107,7 +107,7 @@ def long_lived() -> Iterator[None]:
     so the collector does not walk its millions of new objects again and again while they
     are made (tens of seconds at 50,000 nodes); then, in a run with these settings, freeze
     them: the first young-generation pass after the pause would otherwise walk every one of
-    them once more (0.15 s at 20,000 nodes). Thawed at unconfigure."""
+    them once more (0.15 s at 20,000 nodes). Thawed in the run's last cleanup."""
     enabled = gc.isenabled()
     gc.disable()
     try:
