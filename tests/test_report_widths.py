@@ -5,7 +5,6 @@ plot marks the divergence step."""
 
 from __future__ import annotations
 
-import contextlib
 import re
 from pathlib import Path
 from typing import Any
@@ -18,11 +17,6 @@ from pytest_accuracy.report.html_logs import config_section, precheck_section
 from pytest_accuracy.report.html_page import STYLE
 from pytest_accuracy.report.svg import COLOURS, Point, error_chart, x_ticks
 from tests.helpers import ROOT
-
-# loaded at collection, before an in-process pytester run can leave half a copy behind; where
-# matplotlib is missing the plot tests below skip
-with contextlib.suppress(ImportError):
-    import matplotlib.pyplot  # noqa: F401
 
 LOGS = ROOT / "example_data" / "logs"
 _EVIL = "<script>alert(1)</script>"
