@@ -67,19 +67,26 @@ def test_the_text_cache_starts_over_when_full(monkeypatch: pytest.MonkeyPatch) -
 
 def _old_compare_csv(nodes: list[dict[str, Any]], first: dict[str, Any] | None) -> str:
     """The table as it was written before: a dict per row, columns by scanning every row."""
-    from pytest_accuracy.report.records import node_status
+    from pytest_accuracy.report.records import node_status, row_dict
 
     rows = []
     for n in sorted(nodes, key=lambda n: (n["step"], n["rank"], n.get("order", 0))):
         if n.get("rows"):
             status, cause = node_status(n, first)
+            dicts = [row_dict(row) for row in n["rows"]]  # a record's compact rows too
             rows += [{**{k: row[k] for k in ("Step", "Rank") if k in row}, "Status": status,
-                      "Cause": cause, **row} for row in n["rows"]]
+                      "Cause": cause, **row} for row in dicts]
     columns = list(dict.fromkeys(key for row in rows for key in row))
     return _csv_writer_bytes([columns, *([row.get(c) for c in columns] for row in rows)])
 
 
-def _random_row(rng: random.Random) -> dict[str, Any]:
+def _random_row(rng: random.Random) -> dict[str, Any] | list[Any]:
+    """A row as a dict of any keys, or compact as node records keep theirs: [kind, *values]."""
+    if rng.random() < 0.3:
+        from pytest_accuracy.report.records import _ROW_KEYS
+
+        kind = rng.choice(sorted(_ROW_KEYS))
+        return [kind, *(rng.choice(_CELLS) for _ in _ROW_KEYS[kind])]
     keys = ["Step", "Rank", "NPU Name", "Bench Name", "Max diff", "NPU MD5", "Cosine", "Result"]
     if rng.random() < 0.1:
         keys += ["Status", "Cause", rng.choice(_STRINGS)]
@@ -192,7 +199,7 @@ def test_tensor_rows_keep_their_layout_and_values() -> None:
     in percent where the node record keeps fractions; every row the node's stack line."""
     from pytest_accuracy.compare import Comparison
     from pytest_accuracy.dumps.layout import load_dumps
-    from pytest_accuracy.report.records import node_record, tensor_row
+    from pytest_accuracy.report.records import node_record, row_dict, tensor_row
     from tests.helpers import dump
 
     front = ["Step", "Rank", "NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype",
@@ -214,15 +221,15 @@ def test_tensor_rows_keep_their_layout_and_values() -> None:
             cmp.close()
         for result in results:
             record = node_record(result, None)
-            assert record["rows"] == [tensor_row(result, t)
-                                      for t in result.inputs + result.outputs]
-            for row in record["rows"]:
+            rows = [row_dict(row) for row in record["rows"]]
+            assert rows == [tensor_row(result, t) for t in result.inputs + result.outputs]
+            for row in rows:
                 assert list(row)[:9] == front and list(row)[-11:] == back
                 assert list(row)[9:-11] in (columns, [])  # [] for a metadata-only pair
                 assert row["NPU_Stack_Info"] == result.npu.stack_line()
                 assert not any(isinstance(v, float) and math.isnan(v) for v in row.values())
             worst = record.get("norm_relative_err")
             if config == "mix_statistics" and worst is not None and result.outputs:
-                out = next(r for r in record["rows"] if r["NPU Name"].endswith(
+                out = next(r for r in rows if r["NPU Name"].endswith(
                     "." + record["tensor"]))
                 assert out["NormRelativeErr"] == pytest.approx(worst * 100.0)

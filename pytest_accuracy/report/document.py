@@ -165,10 +165,12 @@ def _node_verdicts(nodes: list[dict[str, Any]],
 def _table_layout(verdicts: list[_Verdict]) -> tuple[list[Any], dict[tuple[Any, ...], list[int]]]:
     """The columns, every row's keys in order of first appearance as the rows
     ``{Step, Rank, "Status", "Cause", **row}`` give them; and for each distinct key tuple of
-    a row, where each column's cell sits in ``[status, cause, *row.values(), None]`` (the
+    a row, where each column's cell sits in ``[status, cause, *values, None]`` (the
     None where the row has no such column). The union is taken over the few distinct key
     tuples, not over every row."""
-    layouts = dict.fromkeys(keys for _, _, rows in verdicts for keys in map(tuple, rows))
+    from pytest_accuracy.report.records import row_cells
+
+    layouts = dict.fromkeys(row_cells(row)[0] for _, _, rows in verdicts for row in rows)
     columns = list(dict.fromkeys(k for keys in layouts for k in _row_columns(keys)))
     picks = {}
     for keys in layouts:
@@ -188,13 +190,15 @@ def _records(verdicts: list[_Verdict],
     """Each row's CSV record, in run order; one ``RowFormat`` per row shape (keys and cell
     types): the shape of the row's cells decides which are text to neutralise."""
     from pytest_accuracy.report.cells import RowFormat, TextFields
+    from pytest_accuracy.report.records import row_cells
 
     formats: dict[tuple[tuple[Any, ...], tuple[type, ...]], RowFormat] = {}
     fields = TextFields()
     for status, cause, rows in verdicts:
         for row in rows:
-            cells = [status, cause, *row.values(), None]
-            shape = (tuple(row), tuple(map(type, cells)))
+            keys, values = row_cells(row)
+            cells = [status, cause, *values, None]
+            shape = (keys, tuple(map(type, cells)))
             form = formats.get(shape)
             if form is None:
                 form = formats[shape] = RowFormat(picks[shape[0]], shape[1])
