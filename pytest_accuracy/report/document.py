@@ -54,8 +54,7 @@ def write_json(doc: dict[str, Any], path: str | Path) -> Path:
     """Strict JSON: NaN becomes null, +-inf the strings "inf"/"-inf" (a zero bench element).
     Written node by node: the document is never one string in memory."""
     with atomic_open(path, "w") as handle:
-        for chunk in document_chunks(doc):
-            handle.write(chunk)
+        handle.writelines(document_chunks(doc))
         handle.write("\n")
     return Path(path)
 

@@ -126,18 +126,17 @@ def _first_card(first: dict[str, Any] | None, compare: dict[str, Any]) -> str:
     return f"<dl class='card'>{body}</dl>"
 
 
-def _by_dump(nodes: Sequence[dict[str, Any]]) -> dict[tuple[int, int], list[dict[str, Any]]]:
-    out: dict[tuple[int, int], list[dict[str, Any]]] = {}
-    for node in nodes:
-        out.setdefault((node["step"], node["rank"]), []).append(node)
+def _by_dump(nodes: Sequence[dict[str, Any]]) -> dict[tuple[int, int], list[int]]:
+    """The nodes' indices per (step, rank), in run order."""
+    out: dict[tuple[int, int], list[int]] = {}
+    for i, node in enumerate(nodes):
+        out.setdefault((node["step"], node["rank"]), []).append(i)
     return out
 
 
 def _charts(nodes: list[dict[str, Any]], errors: list[float | None],
             tolerances: list[float | None], first: dict[str, Any] | None) -> str:
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i, node in enumerate(nodes):
-        groups.setdefault((node["step"], node["rank"]), []).append(i)
+    groups = _by_dump(nodes)
     parts = [_legend()]
     for (step, rank), members in list(groups.items())[:_MAX_CHARTS]:
         points = [_point(x, nodes[i], errors[i], tolerances[i], first)
@@ -189,7 +188,8 @@ def _chart_status(node: dict[str, Any], first: dict[str, Any] | None) -> str:
 
 def _per_dump_table(nodes: list[dict[str, Any]]) -> str:
     rows = []
-    for (step, rank), members in _by_dump(nodes).items():
+    for (step, rank), indices in _by_dump(nodes).items():
+        members = [nodes[i] for i in indices]
         counts = Counter(n.get("status") for n in members)
         failing = next((n["npu_name"] for n in members if n.get("status") == "fail"), "")
         rows.append(f"<tr><td>{esc(step)}</td><td>{esc(rank)}</td>"
