@@ -297,3 +297,64 @@ def test_many_distinct_dtype_strings_are_read_and_not_all_cached(tmp_path: Path)
     assert [c.outputs[0].dtype for c in calls] == [f"float{i}" for i in range(1000)]
     assert [c.outputs[0].raw_dtype for c in calls] == [f"torch.Float{i}" for i in range(1000)]
     assert len(msprobe._DTYPES) <= 256
+
+
+# JSON texts each parse path must read alike: orjson where it gives json's tree, json.loads
+# for the rest (NaN literals, wide integers, invalid text and its message)
+_SAME_TREE = [
+    '{"a": [1.5, -0.0, 1E5, 0.000123456789012345678, 9223372036854775807, null, true]}',
+    '{"Max": NaN, "Min": -Infinity, "Norm": Infinity}',
+    '{"shape": [12345678901234567890123], "n": -9223372036854775809}',
+    '{"name": "\\ud800 lone", "x": "caf\\u00e9"}',
+    '{"a": 1e400, "b": 1, "a": 2}',
+]
+
+
+@pytest.mark.parametrize("text", _SAME_TREE, ids=range(len(_SAME_TREE)))
+def test_json_reads_the_same_tree_with_and_without_orjson(
+    tmp_path: Path, text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_accuracy.dumps import msprobe
+
+    path = tmp_path / "dump.json"
+    path.write_text(text)
+    fast = read_json(path)
+    monkeypatch.setattr(msprobe, "_orjson", None)
+    slow = read_json(path)
+    expected = json.loads(text)
+    # repr: NaN != NaN, and an int read as a float would compare equal
+    assert repr(fast) == repr(slow) == repr(expected)
+    assert [type(v) for v in fast.values()] == [type(v) for v in expected.values()]
+
+
+@pytest.mark.parametrize("text", ['{"a": [1, 2,]}', '{"a": 1', "\ufeff{}", '{"a": tru}'])
+def test_invalid_json_names_the_same_error_with_and_without_orjson(
+    tmp_path: Path, text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_accuracy.dumps import msprobe
+
+    path = tmp_path / "dump.json"
+    path.write_text(text)
+    with pytest.raises(AccuracyInputError) as fast:
+        read_json(path)
+    monkeypatch.setattr(msprobe, "_orjson", None)
+    with pytest.raises(AccuracyInputError) as slow:
+        read_json(path)
+    assert fast.value.problem == slow.value.problem
+    assert fast.value.problem.startswith("not valid JSON")
+
+
+def test_real_dumps_read_alike_with_orjson_and_json() -> None:
+    """Every bundled real msprobe dump.json: orjson's tree is json.loads' tree, to the bit."""
+    from pytest_accuracy.dumps import msprobe
+
+    files = sorted((Path(__file__).parent / "data" / "real" / "msprobe").rglob("*.json"))
+    assert len(files) > 10
+    taken = 0
+    for file in files:
+        raw = file.read_bytes()
+        fast = msprobe._fast_loads(raw, raw.translate(msprobe._DIGITS))
+        if fast is not None:
+            taken += 1
+            assert repr(fast) == repr(json.loads(raw)), file
+    assert taken > 10  # the fast path is what reads them

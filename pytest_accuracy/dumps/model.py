@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -62,9 +62,11 @@ def is_float_dtype(dtype: str) -> bool:
     return dtype in FLOAT_EPS
 
 
-@dataclass(frozen=True, slots=True)
-class Stats:
-    """The four statistics msprobe records per tensor (None where it records null)."""
+class Stats(NamedTuple):
+    """The four statistics msprobe records per tensor (None where it records null).
+
+    A tuple: 0.14 us to make from the reader's values where a frozen dataclass took 0.9, and
+    a 100k-node dump makes 400k of them."""
 
     max: float | None = None
     min: float | None = None
