@@ -83,6 +83,15 @@ class CompareCriteria:
     rounding: bool = False  # twins: held to rounding level (see held_to_rounding)
 
     def tolerance(self, dtype: str) -> Tolerance:
+        # asked for every tensor pair compared (millions in a big dump): made once per dtype;
+        # kept outside the fields, so that equality, repr and replace() do not see it
+        memo: dict[str, Tolerance] = self.__dict__.setdefault("_tolerance_memo", {})
+        known = memo.get(dtype)
+        if known is None:
+            known = memo[dtype] = self._tolerance(dtype)
+        return known
+
+    def _tolerance(self, dtype: str) -> Tolerance:
         if self.rounding and self.rel_err is None and self.min_cosine is None:
             eps = FLOAT_EPS.get(dtype, FLOAT_EPS["float32"])
             return Tolerance(rel_err=ROUNDING_EPS * eps, min_cosine=1.0 - 2 * ROUNDING_EPS * eps)

@@ -115,7 +115,7 @@ def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
             else (reason or finding.detail)
     if not appears:
         reason = f"{reason} (differing inputs: {_differing_inputs(result)})"
-    carrier = next((c for c, m in cmp.provenance.made_in.items() if m == result.index), None)
+    carrier = cmp.provenance.carrier_of(result.index)
     if carrier is not None:
         reason += (f"; made by its own code between its recorded submodules "
                    f"({cmp.entries[carrier][1].name} only carries it)")

@@ -32,6 +32,11 @@ def _one_blas_thread() -> None:
         _BLAS_LIMITED.append(threadpool_limits(limits=1, user_api="blas"))
 
 
+def _all_data(call: Call) -> bool:
+    """Every output has tensor data: the local error's replay needs them (statistics, md5)."""
+    return all(r.has_data for r in call.output_tensors)
+
+
 def _default_workers(npu: DumpSet, bench: DumpSet) -> int:
     """Threads read tensors ahead; without tensor files (statistics, md5) there is nothing to
     wait on, and handing each node to a thread cost more than its compare (2 s of 20k nodes)."""
@@ -241,6 +246,10 @@ class Comparison:
                 f"instead ({why})"
             )
             return result
+        if result.status == "pass" and not result.findings and not _all_data(call):
+            # a pass with no finding: diagnosis could only replay it (there is no tensor data
+            # to), and note why not: a note only a failure shows
+            return result
         diagnose(result, self._context)
         return result
 
@@ -339,7 +348,7 @@ class Comparison:
         return self.entries[self.provenance.origin(inner)][1].name
 
     def _made_by(self, index: int) -> str | None:
-        module = self.provenance.made_in.get(index)
+        module = self.provenance.made_inside(index)
         return self.entries[module][1].name if module is not None else None
 
     def _local_error(self, result: NodeResult) -> LocalError | str:

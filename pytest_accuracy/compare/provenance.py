@@ -38,13 +38,24 @@ class Provenance:
     producers: dict[tuple[int, int, StatsKey], int] = field(default_factory=dict)
     flagged_inside: dict[int, int] = field(default_factory=dict)  # module -> first descendant
     repeat_of: dict[int, int] = field(default_factory=dict)  # node -> same finding, earlier
-    made_in: dict[int, int] = field(default_factory=dict)  # node -> module whose code made it
+    # node -> module whose code made it, found on demand (only a failing node asks)
+    made_inside: Callable[[int], int | None] = lambda index: None
     # node -> the same call (name, rank) in the first earlier step that has it
     same_call_earlier: dict[int, int] = field(default_factory=dict)
 
     def origin(self, index: int) -> int:
         """The node that made the divergence first seen at ``index``."""
-        return self.made_in.get(index, index)
+        module = self.made_inside(index)
+        return index if module is None else module
+
+    def carrier_of(self, module: int) -> int | None:
+        """The first node whose divergence ``module``'s own code made, if any."""
+        for i in range(len(self.names)):
+            if self.first_flag_before[i] is not None:
+                break  # nothing after the first divergence is placed
+            if self.made_inside(i) == module:
+                return i
+        return None
 
     def producer_of(self, dump: Dump, record: TensorRecord, before: int) -> int | None:
         """The earliest earlier node whose output has exactly this input's statistics."""
@@ -106,7 +117,7 @@ def build(
             changed.add((dump.step, dump.rank))
     _index_containment(prov, entries)
     cross = {(d.step, d.rank) for d, _, _ in pairs if d.framework != bench_framework(d)}
-    _index_made_inside(prov, pairs, dtypes, held, cross)
+    prov.made_inside = _MadeInside(prov, pairs, dtypes, held, cross)
     return prov
 
 
@@ -221,52 +232,64 @@ def _index_containment(prov: Provenance, entries: list[tuple[Dump, Call]]) -> No
             parent, seen = parents.get((dump.step, dump.rank, parent)), seen + 1
 
 
-def _index_made_inside(
-    prov: Provenance,
-    pairs: list[tuple[Dump, Call, Call | None]],
-    dtypes: list[str],
-    held: list[CompareCriteria],
-    cross: set[tuple[int, int]],
-) -> None:
+class _MadeInside:
     """Flagged nodes whose differing inputs no recorded node produced, made by a module.
 
     At L0 only modules are recorded: a Linear whose input differs, produced by code its
     parent runs between its recorded submodules (a softmax, a scale, a mask), did not make
-    the error; the innermost enclosing module whose own inputs still agree did.
+    the error; the innermost enclosing module whose own inputs still agree did. Decided per
+    node when asked (each node's answer depends on its own inputs and on facts the scan
+    already fixed): a run where nothing fails never asks.
     """
-    where = {(d.step, d.rank, c.name): i for i, (d, c, _) in enumerate(pairs)
-             if c.kind == "module"}
-    for i, (dump, call, bench) in enumerate(pairs):
+
+    def __init__(self, prov: Provenance, pairs: list[tuple[Dump, Call, Call | None]],
+                 dtypes: list[str], held: list[CompareCriteria],
+                 cross: set[tuple[int, int]]) -> None:
+        self.prov, self.pairs, self.dtypes, self.held, self.cross = prov, pairs, dtypes, held, cross
+        self._where: dict[tuple[int, int, str], int] | None = None
+        self._known: dict[int, int | None] = {}
+
+    def __call__(self, index: int) -> int | None:
+        if index not in self._known:
+            self._known[index] = self._module(index)
+        return self._known[index]
+
+    def _module(self, i: int) -> int | None:
+        prov, pairs, dtypes, held = self.prov, self.pairs, self.dtypes, self.held
         if prov.first_flag_before[i] is not None:
-            break  # only the first divergence is placed; later ones carry it
+            return None  # only the first divergence is placed; later ones carry it
+        dump, call, bench = pairs[i]
         if prov.findings[i] or bench is None:
-            continue
+            return None
         if diverging_in_metadata(call.parameters, bench.parameters, dtypes[i], held[i]):
-            continue  # its own parameters differ: the node itself is where it shows
+            return None  # its own parameters differ: the node itself is where it shows
         # inputs computed by unrecorded code differ at all (noise the code amplified counts);
         # a module's input that is a submodule's output agreeing with the bench's was changed
         # by unrecorded code too (a residual add left out)
         differing = (
             # across frameworks no input is bit-identical: only one off beyond rounding counts
             _beyond_rounding(call.input_tensors, bench.input_tensors)
-            if (dump.step, dump.rank) in cross
+            if (dump.step, dump.rank) in self.cross
             else _not_identical(call.input_tensors, bench.input_tensors))
         if not differing or any(
                 not _unrecorded_source(prov, pairs, i, r, dtypes[i], held[i]) for r in differing):
-            continue
+            return None
+        if self._where is None:
+            self._where = {(d.step, d.rank, c.name): k for k, (d, c, _) in enumerate(pairs)
+                           if c.kind == "module"}
         parent, depth = call.parent, 0
         while parent is not None and depth < 256:  # construct.json chains are shallow
-            module = where.get((dump.step, dump.rank, parent))
+            module = self._where.get((dump.step, dump.rank, parent))
             if module is None or module < i:
-                break
+                return None
             _, outer, outer_bench = pairs[module]
             if outer_bench is None or _not_identical(outer.parameters, outer_bench.parameters):
-                break  # its parameters differ (an update, a load): they enter at the child
+                return None  # its parameters differ (an update, a load): they enter at the child
             if not diverging_in_metadata(
                     outer.input_tensors, outer_bench.input_tensors, dtypes[module], held[module]):
-                prov.made_in[i] = module
-                break
+                return module
             parent, depth = outer.parent, depth + 1
+        return None
 
 
 def _unrecorded_source(prov: Provenance, pairs: list[tuple[Dump, Call, Call | None]],
