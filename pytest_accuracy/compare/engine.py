@@ -222,7 +222,8 @@ class Comparison:
         result.tolerance = criteria.tolerance(dtype)
         result.twin_step = self.provenance.twin_step[index]
         try:
-            result.outputs = compare_all(call.output_tensors, bench, dtype, criteria)
+            result.outputs = compare_all(call.output_tensors, bench, dtype, criteria,
+                                         self.provenance.stats)
             if self.inputs_mode == "all":
                 self._add_inputs(result)
         except AccuracyInputError as exc:
@@ -336,7 +337,7 @@ class Comparison:
         criteria = self._criteria(index).with_waiver(self.criteria.waiver_for(call.name, call.op))
         try:
             outputs = compare_all(call.output_tensors, bench, self.effective_dtypes[index],
-                                  criteria)
+                                  criteria, self.provenance.stats)
         except AccuracyInputError:
             return not self.provenance.flagged[index]
         return all(t.ok for t in outputs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,22 +22,29 @@ from pytest_accuracy.dumps.model import FLOAT_EPS, Call, TensorRecord, is_float_
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.pairing.dp import stats_gap
 
+if TYPE_CHECKING:
+    from pytest_accuracy.compare.stats_table import StatsTable
+
 # A recorded Norm and the norm of the file's values, both of the same tensor, differ by the
 # rounding of two summations (msprobe sums in the tensor's dtype or float32): this many eps.
 _NORM_SLACK = 64.0
 
 
 def outputs_diverge_in_metadata(
-    npu: Call, bench: Call, dtype: str, criteria: CompareCriteria
+    npu: Call, bench: Call, dtype: str, criteria: CompareCriteria,
+    table: StatsTable | None = None,
 ) -> bool:
     """Do the outputs differ by their recorded checksums or statistics (no tensor is read)?"""
-    return bool(diverging_in_metadata(npu.output_tensors, bench.output_tensors, dtype, criteria))
+    return bool(diverging_in_metadata(npu.output_tensors, bench.output_tensors, dtype, criteria,
+                                      table))
 
 
 def diverging_in_metadata(
-    records: list[TensorRecord], bench: list[TensorRecord], dtype: str, criteria: CompareCriteria
+    records: list[TensorRecord], bench: list[TensorRecord], dtype: str, criteria: CompareCriteria,
+    table: StatsTable | None = None,
 ) -> list[TensorRecord]:
-    """The records that differ from the bench's by checksum or statistics (no tensor is read)."""
+    """The records that differ from the bench's by checksum or statistics (no tensor is read);
+    ``table`` holds statistics already compared."""
     by_path = {r.path: r for r in bench}
     out = []
     for rec in records:
@@ -47,8 +55,10 @@ def diverging_in_metadata(
         if rec.md5 is not None and other.md5 is not None:
             same = judge_md5(rec.md5, other.md5).ok
         else:
-            same = judge_stats(stats_metrics(rec.stats, other.stats), eff,
-                               criteria.tolerance(eff)).ok
+            tol = criteria.tolerance(eff)
+            known = table.agree(rec, other, eff, tol) if table is not None else None
+            same = known if known is not None else judge_stats(
+                stats_metrics(rec.stats, other.stats), eff, tol).ok
         if not same:
             out.append(rec)
     return out
@@ -78,19 +88,19 @@ def settle(result: NodeResult) -> None:
 def _overflow_on_both(t: TensorComparison) -> str | None:
     """'output.0 Max nan vs bench Max nan' when both tensors hold NaN, or Inf in every element
     (Min +inf or Max -inf); an Inf at one end only (a -inf mask) is compared as it stands."""
-    sides = [_unjudgeable(r) for r in (t.npu, t.bench) if r is not None]
-    if len(sides) == 2 and sides[0] and sides[1]:
-        return f"{t.path} {sides[0]} vs bench {sides[1]}"
-    return None
+    ours = _unjudgeable(t.npu)
+    theirs = _unjudgeable(t.bench) if ours and t.bench is not None else None
+    return f"{t.path} {ours} vs bench {theirs}" if theirs else None
 
 
 def _unjudgeable(record: TensorRecord) -> str | None:
-    s = record.stats
-    for label, value in (("Max", s.max), ("Min", s.min)):
-        if value is not None and math.isnan(value):
-            return f"{label} {value}"
-    if s.min == math.inf or s.max == -math.inf:
-        return f"Min {s.min}" if s.min == math.inf else f"Max {s.max}"
+    high, low = record.stats.max, record.stats.min
+    if high is not None and high != high:  # NaN (asked of every output: no calls)
+        return f"Max {high}"
+    if low is not None and low != low:
+        return f"Min {low}"
+    if low == math.inf or high == -math.inf:
+        return f"Min {low}" if low == math.inf else f"Max {high}"
     return None
 
 
@@ -99,7 +109,8 @@ def records_of(call: Call) -> list[TensorRecord]:
 
 
 def compare_all(
-    records: list[TensorRecord], bench: Call, dtype: str, criteria: CompareCriteria
+    records: list[TensorRecord], bench: Call, dtype: str, criteria: CompareCriteria,
+    table: StatsTable | None = None,
 ) -> list[TensorComparison]:
     by_path = {r.path: r for r in records_of(bench)}
     out = []
@@ -109,14 +120,16 @@ def compare_all(
             continue  # e.g. a gradient that only one framework records
         # integer/bool tensors must be equal, so they keep their own dtype
         eff = less_precise(dtype, rec.dtype) if is_float_dtype(rec.dtype) else rec.dtype
-        out.append(compare_tensor(rec, other, eff, criteria))
+        out.append(compare_tensor(rec, other, eff, criteria, table))
     return out
 
 
 def compare_tensor(
-    npu: TensorRecord, bench: TensorRecord, dtype: str, criteria: CompareCriteria
+    npu: TensorRecord, bench: TensorRecord, dtype: str, criteria: CompareCriteria,
+    table: StatsTable | None = None,
 ) -> TensorComparison:
-    """Compare one tensor pair with the best evidence both sides have."""
+    """Compare one tensor pair with the best evidence both sides have (``table``: statistics
+    already compared)."""
     tol = criteria.tolerance(dtype)
     kinds = _dtype_kind(npu.dtype), _dtype_kind(bench.dtype)
     if kinds[0] != kinds[1]:  # integers where the bench has floats: another computation
@@ -129,7 +142,8 @@ def compare_tensor(
         _check_norm(bench, metrics.norm_bench)
         judged = judge_tensor(metrics, dtype, tol)
         return TensorComparison(npu.path, npu, bench, dtype, judged, metrics, "tensor")
-    if _squeezed(npu.shape) != _squeezed(bench.shape):  # statistics and md5 carry no shape
+    if npu.shape != bench.shape and _squeezed(npu.shape) != _squeezed(bench.shape):
+        # statistics and md5 carry no shape
         judged = Judgement(False, f"shape differs: npu {list(npu.shape)} vs bench "
                            f"{list(bench.shape)}")
         return TensorComparison(npu.path, npu, bench, dtype, judged, None, "metadata")
@@ -138,7 +152,8 @@ def compare_tensor(
         return TensorComparison(
             npu.path, npu, bench, dtype, judge_md5(npu.md5, bench.md5), None, "md5"
         )
-    stats = stats_metrics(npu.stats, bench.stats)
+    stats = table.metrics(npu, bench) if table is not None else stats_metrics(npu.stats,
+                                                                                bench.stats)
     return TensorComparison(
         npu.path, npu, bench, dtype, judge_stats(stats, dtype, tol), stats, "statistics"
     )

@@ -18,6 +18,7 @@ from pytest_accuracy.compare.findings import (
 )
 from pytest_accuracy.compare.judge import diverging_in_metadata, outputs_diverge_in_metadata
 from pytest_accuracy.compare.results import Finding
+from pytest_accuracy.compare.stats_table import StatsTable
 from pytest_accuracy.compare.twins import identical_steps, same_record, twin_step_before
 from pytest_accuracy.dumps.model import FLOAT_EPS, Call, Dump, TensorRecord
 from pytest_accuracy.pairing.dp import stats_gap
@@ -30,6 +31,7 @@ class Provenance:
     """Per node: metadata findings, a divergence flag, and who produced each input."""
 
     findings: list[list[Finding]] = field(default_factory=list)
+    stats: StatsTable | None = None  # every paired output's statistics, compared at once
     flagged: list[bool] = field(default_factory=list)
     matched: list[bool] = field(default_factory=list)  # the node has a bench counterpart
     names: list[str] = field(default_factory=list)
@@ -76,6 +78,7 @@ def build(
     """Scan every node's metadata once (O(nodes); no tensor is read)."""
     prov = Provenance()
     pairs = [(dump, call, bench_call(i)) for i, (dump, call) in enumerate(entries)]
+    prov.stats = StatsTable(_output_pairs(pairs))
     identical = identical_steps(pairs)
     first: int | None = None
     held: list[CompareCriteria] = []
@@ -103,8 +106,8 @@ def build(
             if same != i:
                 prov.repeat_of[i] = same
         flagged = bool(found) or (
-            bench is not None and outputs_diverge_in_metadata(call, bench, dtypes[i],
-                                                              node_criteria.with_waiver(None))
+            bench is not None and outputs_diverge_in_metadata(
+                call, bench, dtypes[i], node_criteria.with_waiver(None), prov.stats)
         )
         prov.flagged.append(flagged)
         earlier = first_calls.setdefault((dump.rank, call.name), (dump.step, i))
@@ -119,6 +122,22 @@ def build(
     cross = {(d.step, d.rank) for d, _, _ in pairs if d.framework != bench_framework(d)}
     prov.made_inside = _MadeInside(prov, pairs, dtypes, held, cross)
     return prov
+
+
+def _output_pairs(
+    pairs: list[tuple[Dump, Call, Call | None]],
+) -> list[tuple[TensorRecord, TensorRecord]]:
+    """Each NPU output with the bench output of its path, as the node compares pair them."""
+    out = []
+    for _, call, bench in pairs:
+        if bench is None:
+            continue
+        theirs = {r.path: r for r in bench.output_tensors}
+        for record in call.output_tensors:
+            other = theirs.get(record.path)
+            if other is not None:
+                out.append((record, other))
+    return out
 
 
 def _findings_at(

@@ -152,14 +152,28 @@ class Call:
     op: str = ""  # api name ("linear") or module class name ("RMSNorm")
     scope: str = ""  # module path ("layers.0.n1"); empty for APIs
     index: int = 0  # call counter from the name
+    # the tensor inputs and outputs, fixed by a reader once the call is complete (asked ~10
+    # times a node by the compare); None: filtered from inputs/outputs on every ask
+    fixed_tensors: tuple[list[TensorRecord], list[TensorRecord]] | None = field(
+        default=None, repr=False, compare=False)
 
     @property
     def input_tensors(self) -> list[TensorRecord]:
+        """The tensor inputs (read-only: a reader's call may share the list with ``inputs``)."""
+        if self.fixed_tensors is not None:
+            return self.fixed_tensors[0]
         return [a for a in self.inputs if isinstance(a, TensorRecord)]
 
     @property
     def output_tensors(self) -> list[TensorRecord]:
+        """The tensor outputs (read-only, as ``input_tensors``)."""
+        if self.fixed_tensors is not None:
+            return self.fixed_tensors[1]
         return [a for a in self.outputs if isinstance(a, TensorRecord)]
+
+    def fix_tensors(self) -> None:
+        """Compute the tensor inputs and outputs once: inputs and outputs are complete."""
+        self.fixed_tensors = (_tensors_of(self.inputs), _tensors_of(self.outputs))
 
     @property
     def scalar_inputs(self) -> list[ScalarArg]:
@@ -171,6 +185,14 @@ class Call:
             if "site-packages" not in frame and "dist-packages" not in frame:
                 return " ".join(frame.split())
         return " ".join(self.stack[0].split()) if self.stack else None
+
+
+def _tensors_of(args: list[Arg]) -> list[TensorRecord]:
+    """The tensor records of ``args``: ``args`` itself when it holds nothing else."""
+    for a in args:
+        if type(a) is not TensorRecord:
+            return [a for a in args if isinstance(a, TensorRecord)]
+    return args  # type: ignore[return-value]  # every element is a TensorRecord
 
 
 @dataclass

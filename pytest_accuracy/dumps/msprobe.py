@@ -188,6 +188,7 @@ def read_dump(dump_json: Path, *, step: int, rank: int, confine: Path | None = N
             raise AccuracyInputError(dump_json, f"node {brief(name)}: nests too deep") from None
         call.parent = parents.get(name)
         call.stack = stacks.get(name, ())
+        call.fix_tensors()
         calls.append(call)
     framework, notes = str(doc.get("framework") or ""), list[str]()
     if not framework:

@@ -1,0 +1,86 @@
+"""Every paired output's recorded statistics compared in one vectorized pass."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from pytest_accuracy.compare.criteria import Tolerance
+from pytest_accuracy.compare.metrics import StatsMetrics, stats_metrics
+from pytest_accuracy.dumps.model import FLOAT_EPS, TensorRecord
+
+
+class StatsTable:
+    """The statistics metrics of output pairs, computed once for the metadata scan and the
+    node compares alike (a 100k-node dump has ~200k pairs: one numpy pass instead of a
+    Python function per pair, twice).
+
+    Rows whose eight statistics are all finite (nearly all of them) take numpy's values,
+    which are ``stats_metrics``'s to the bit: the same IEEE operations in the same order.
+    Every other pair (a NaN, an Inf, a statistic not recorded) and every pair the table
+    does not hold goes to ``stats_metrics`` itself.
+    """
+
+    def __init__(self, pairs: Sequence[tuple[TensorRecord, TensorRecord]]) -> None:
+        self._rows = {id(npu): k for k, (npu, _) in enumerate(pairs)}
+        # the bench record each row was made for: a lookup with another one is not this row
+        self._bench = [bench for _, bench in pairs]
+        stats = [(*n.stats, *b.stats) for n, b in pairs]
+        values = np.array(stats, dtype=np.float64).reshape(len(pairs), 8)
+        # None reads as NaN: such rows are not finite, nor are rows of ints (stats_metrics
+        # computes those in exact integer arithmetic; the readers make every statistic a float)
+        self._finite: list[bool] = np.isfinite(values).all(axis=1).tolist()
+        if not {type(v) for row in stats for v in row} <= {float, type(None)}:
+            self._finite = [f and all(type(v) is float for v in row)
+                            for f, row in zip(self._finite, stats, strict=True)]
+        self._metrics = _finite_metrics(values[:, :4], values[:, 4:])
+        # what judging a row needs, as Python floats and bools (one element read apiece)
+        rel_norm, range_rel = self._metrics[:, 7], self._metrics[:, 8]
+        self._worst: list[float] = np.maximum(rel_norm, range_rel).tolist()
+        self._exact: list[bool] = ((self._metrics[:, 0] == 0)
+                                   & (self._metrics[:, 1] == 0)).tolist()
+
+    def _row(self, npu: TensorRecord, bench: TensorRecord) -> int | None:
+        row = self._rows.get(id(npu))
+        if row is None or self._bench[row] is not bench or not self._finite[row]:
+            return None
+        return row
+
+    def metrics(self, npu: TensorRecord, bench: TensorRecord) -> StatsMetrics:
+        """``stats_metrics(npu.stats, bench.stats)``."""
+        row = self._row(npu, bench)
+        if row is None:
+            return stats_metrics(npu.stats, bench.stats)
+        return StatsMetrics("ok", 4, *self._metrics[row].tolist(), 0, 0)
+
+    def agree(self, npu: TensorRecord, bench: TensorRecord, dtype: str,
+              tol: Tolerance) -> bool | None:
+        """``judge_stats(self.metrics(npu, bench), dtype, tol).ok`` for a finite row, without
+        making the metrics; None where the table has no finite row for the pair."""
+        row = self._row(npu, bench)
+        if row is None:
+            return None
+        if dtype not in FLOAT_EPS:
+            return self._exact[row]
+        return self._worst[row] <= tol.rel_err
+
+
+def _finite_metrics(npu: np.ndarray, bench: np.ndarray) -> np.ndarray:
+    """Per row (Max, Min, Mean, Norm of each side, finite rows meaningful): the diffs, the
+    relative errors of each statistic and the Max/Min/Mean range error, in
+    ``StatsMetrics``'s field order, as ``stats_metrics`` computes them for finite values."""
+    with np.errstate(all="ignore"):  # rows with NaN/Inf compute garbage: never read
+        diff = npu - bench
+        size = np.abs(bench)
+        rel = _rel(diff, size)
+        # the range that scales Max/Min/Mean: the larger end of the bench tensor
+        ranged = np.abs(diff[:, :3]).max(axis=1)
+        scale = np.maximum(size[:, 0], size[:, 1])
+        range_rel = _rel(ranged, scale)
+    return np.column_stack([diff, rel, range_rel])
+
+
+def _rel(diff: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """``metrics._rel`` for finite values: 0 for no difference, inf against a zero."""
+    return np.where(diff == 0, 0.0, np.where(size != 0, np.abs(diff) / size, np.inf))
