@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
@@ -30,7 +31,7 @@ class StatsTable:
         values = np.array(stats, dtype=np.float64).reshape(len(pairs), 8)
         # None reads as NaN: such rows are not finite, nor are rows of ints (stats_metrics
         # computes those in exact integer arithmetic; the readers make every statistic a float)
-        self._finite: list[bool] = np.isfinite(values).all(axis=1).tolist()
+        self._finite: list[bool] = cast(list[bool], np.isfinite(values).all(axis=1).tolist())
         if not {type(v) for row in stats for v in row} <= {float, type(None)}:
             self._finite = [f and all(type(v) is float for v in row)
                             for f, row in zip(self._finite, stats, strict=True)]
@@ -52,7 +53,9 @@ class StatsTable:
         row = self._row(npu, bench)
         if row is None:
             return stats_metrics(npu.stats, bench.stats)
-        return StatsMetrics("ok", 4, *self._metrics[row].tolist(), 0, 0)
+        dmax, dmin, dmean, dnorm, rmax, rmin, rmean, rnorm, rrange = self._metrics[row].tolist()
+        return StatsMetrics("ok", 4, dmax, dmin, dmean, dnorm, rmax, rmin, rmean, rnorm, rrange,
+                            0, 0)
 
     def agree(self, npu: TensorRecord, bench: TensorRecord, dtype: str,
               tol: Tolerance) -> bool | None:
