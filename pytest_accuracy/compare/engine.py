@@ -32,6 +32,25 @@ def _one_blas_thread() -> None:
         _BLAS_LIMITED.append(threadpool_limits(limits=1, user_api="blas"))
 
 
+class _LeastPrecise:
+    """The least precise dtype of a call's records (float64 if none is float), once per
+    dtype signature: less_precise picks the larger epsilon, so folding calls is folding
+    their records."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[tuple[str, str], ...], str] = {}
+
+    def __call__(self, call: Call) -> str:
+        sig = call.dtype_signature
+        known = self._known.get(sig)
+        if known is None:
+            known = "float64"
+            for rec in records_of(call):
+                known = less_precise(known, rec.dtype)
+            self._known[sig] = known
+        return known
+
+
 def _all_data(call: Call) -> bool:
     """Every output has tensor data: the local error's replay needs them (statistics, md5)."""
     return all(r.has_data for r in call.output_tensors)
@@ -182,13 +201,13 @@ class Comparison:
         hold every later node to fp16 before that."""
         running, where = "float64", (-1, -1)
         out = []
+        least = _LeastPrecise()
         for i, (dump, call) in enumerate(self.entries):
             if (dump.step, dump.rank) != where:
                 running, where = "float64", (dump.step, dump.rank)
             bench = self.bench_call(i)
             if bench is not None:
-                for rec in records_of(call) + records_of(bench):
-                    running = less_precise(running, rec.dtype)
+                running = less_precise(less_precise(running, least(call)), least(bench))
             out.append(running)
         return out
 

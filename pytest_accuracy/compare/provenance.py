@@ -149,9 +149,12 @@ def _findings_at(
     before any divergence), a parameter the update changed."""
     if bench is None:
         return []
-    found = node_findings(call, bench, same_framework, dtype, criteria,
-                          _produced_before(prov, dump, index, after_change),
-                          _one_sided_producer(prov, dump, index, after_change))
+    if call.dtype_signature == bench.dtype_signature and not call.scalar_inputs:
+        found = []  # every tensor in the bench's dtype and no argument: nothing to find
+    else:
+        found = node_findings(call, bench, same_framework, dtype, criteria,
+                              _produced_before(prov, dump, index, after_change),
+                              _one_sided_producer(prov, dump, index, after_change))
     if twin is not None and not found:
         update = update_finding(call, bench, twin, dump.step,
                                 _produced_before(prov, dump, index, False))
@@ -222,6 +225,8 @@ def _one_sided_producer(
 
 
 def _output_dtype_differs(npu: Call, bench: Call) -> bool:
+    if npu.dtype_signature == bench.dtype_signature:
+        return False
     theirs = {r.path: r.dtype for r in bench.output_tensors}
     return any(r.path in theirs and theirs[r.path] != r.dtype for r in npu.output_tensors)
 

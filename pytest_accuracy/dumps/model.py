@@ -152,9 +152,9 @@ class Call:
     op: str = ""  # api name ("linear") or module class name ("RMSNorm")
     scope: str = ""  # module path ("layers.0.n1"); empty for APIs
     index: int = 0  # call counter from the name
-    # the tensor inputs and outputs, fixed by a reader once the call is complete (asked ~10
-    # times a node by the compare); None: filtered from inputs/outputs on every ask
-    fixed_tensors: tuple[list[TensorRecord], list[TensorRecord]] | None = field(
+    # the tensor inputs and outputs and the dtype signature, fixed by a reader once the call
+    # is complete (asked ~10 times a node by the compare); None: found anew on every ask
+    fixed_tensors: tuple[list[TensorRecord], list[TensorRecord], DtypeSignature] | None = field(
         default=None, repr=False, compare=False)
 
     @property
@@ -173,10 +173,21 @@ class Call:
 
     def fix_tensors(self) -> None:
         """Compute the tensor inputs and outputs once: inputs and outputs are complete."""
-        self.fixed_tensors = (_tensors_of(self.inputs), _tensors_of(self.outputs))
+        ins, outs = _tensors_of(self.inputs), _tensors_of(self.outputs)
+        self.fixed_tensors = (ins, outs, _signature(ins, self.parameters, outs))
+
+    @property
+    def dtype_signature(self) -> DtypeSignature:
+        """(path, dtype) of every tensor input, parameter and output, in order: two calls
+        with equal signatures pair every tensor with one of the same dtype."""
+        if self.fixed_tensors is not None:
+            return self.fixed_tensors[2]
+        return _signature(self.input_tensors, self.parameters, self.output_tensors)
 
     @property
     def scalar_inputs(self) -> list[ScalarArg]:
+        if self.fixed_tensors is not None and self.fixed_tensors[0] is self.inputs:
+            return []  # its inputs are all tensors
         return [a for a in self.inputs if isinstance(a, ScalarArg)]
 
     def stack_line(self) -> str | None:
@@ -185,6 +196,22 @@ class Call:
             if "site-packages" not in frame and "dist-packages" not in frame:
                 return " ".join(frame.split())
         return " ".join(self.stack[0].split()) if self.stack else None
+
+
+DtypeSignature = tuple[tuple[str, str], ...]
+# equal signatures made once, so that calls share them (a dump has a few hundred); bounded, as
+# a hostile dump could make one per call
+_SIGNATURES: dict[DtypeSignature, DtypeSignature] = {}
+
+
+def _signature(*groups: list[TensorRecord]) -> DtypeSignature:
+    sig = tuple([(r.path, r.dtype) for group in groups for r in group])
+    known = _SIGNATURES.get(sig)
+    if known is not None:
+        return known
+    if len(_SIGNATURES) < 4096:
+        _SIGNATURES[sig] = sig
+    return sig
 
 
 def _tensors_of(args: list[Arg]) -> list[TensorRecord]:

@@ -1,0 +1,69 @@
+"""What the msprobe reader fixes once per call (tensor inputs and outputs, the dtype signature)
+is what the properties compute from scratch, and the shortcuts the compare takes on it decide
+as the full functions do: on real dumps of both frameworks, bf16 and fp32."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pytest_accuracy.compare import Comparison
+from pytest_accuracy.compare.criteria import CompareCriteria, less_precise
+from pytest_accuracy.compare.judge import records_of
+from pytest_accuracy.compare.provenance import node_findings
+from pytest_accuracy.dumps.layout import load_dumps
+from pytest_accuracy.dumps.model import Call
+from pytest_accuracy.pairing.runs import pair_runs
+from tests.helpers import dump
+
+_PAIRS = [("pt_bf16", "L1_tensor", "pt_fp32"), ("ms_fp32", "mix_statistics", "pt_fp32"),
+          ("pt_bug", "mix_statistics", "pt_fp32")]
+
+
+def _fresh(call: Call) -> Call:
+    """The same call with nothing fixed: every property computed from inputs and outputs."""
+    return dataclasses.replace(call, fixed_tensors=None)
+
+
+@pytest.mark.parametrize(("npu", "config", "bench"), _PAIRS)
+def test_fixed_facts_are_the_computed_ones(npu: str, config: str, bench: str) -> None:
+    calls = [c for d in load_dumps(dump(npu, config)) for c in d.calls]
+    assert all(c.fixed_tensors is not None for c in calls)
+    for call in calls:
+        fresh = _fresh(call)
+        assert call.input_tensors == fresh.input_tensors
+        assert call.output_tensors == fresh.output_tensors
+        assert call.scalar_inputs == fresh.scalar_inputs
+        assert call.dtype_signature == fresh.dtype_signature
+    assert any(c.scalar_inputs for c in calls)
+
+
+def _comparison(npu: str, config: str, bench: str) -> Comparison:
+    cross = npu.startswith("ms")  # MindSpore vs PyTorch: paired as the plugin pairs them
+    return Comparison(load_dumps(dump(npu, config)), load_dumps(dump(bench, config)),
+                      pairing=(lambda n, b: pair_runs(n, b).pairs) if cross else None)
+
+
+@pytest.mark.parametrize(("npu", "config", "bench"), _PAIRS)
+def test_equal_signatures_find_nothing_and_effective_dtypes_fold_alike(
+        npu: str, config: str, bench: str) -> None:
+    cmp = _comparison(npu, config, bench)
+    criteria, skipped = CompareCriteria(), 0
+    running, where, expected = "float64", (-1, -1), []
+    for i, (d, call) in enumerate(cmp.entries):
+        other = cmp.bench_call(i)
+        if (d.step, d.rank) != where:
+            running, where = "float64", (d.step, d.rank)
+        if other is None:
+            expected.append(running)
+            continue
+        for rec in records_of(call) + records_of(other):
+            running = less_precise(running, rec.dtype)
+        expected.append(running)
+        if call.dtype_signature == other.dtype_signature and not call.scalar_inputs:
+            skipped += 1
+            assert node_findings(_fresh(call), _fresh(other), d.framework == "pytorch",
+                                 running, criteria, lambda r: False) == []
+    assert cmp.effective_dtypes == expected
+    assert skipped > 0
