@@ -238,7 +238,10 @@ def _read_construct(path: Path) -> dict[str, str | None]:
     doc = read_json(path)
     if not isinstance(doc, dict):
         raise AccuracyInputError(path, "construct.json must map node names to parent names")
-    parents = {str(k): (str(v) if v is not None else None) for k, v in doc.items()}
+    # one string per parent, not per child naming it (a module has many)
+    shared: dict[str, str] = {}
+    parents = {str(k): (shared.setdefault(str(v), str(v)) if v is not None else None)
+               for k, v in doc.items()}
     _check_parent_depth(path, parents)
     return parents
 
@@ -299,19 +302,25 @@ def module_scope(name: str) -> str:
     return ".".join(parts[1:-tail])
 
 
+# prefixes and API or class names: a dump has a few hundred, each written in ~1000 node
+# names; shared instead of one string per node (bounded: a hostile dump has a million)
+_NAME_PARTS: dict[str, str] = {}
+
+
+def _shared(part: str) -> str:
+    known = _NAME_PARTS.get(part)
+    if known is not None:
+        return known
+    if len(_NAME_PARTS) < 65536:
+        _NAME_PARTS[part] = part
+    return part
+
+
 def _parse_call(name: str, record: dict[str, Any], order: int, ctx: _Context) -> Call:
     kind, direction, prefix, op, index = parse_node_name(name)
-    call = Call(
-        name=name,
-        kind=kind,
-        direction=direction,
-        order=order,
-        prefix=prefix,
-        op=op,
-        index=index,
-    )
-    if kind in ("module", "params_grad"):
-        call.scope = module_scope(name)
+    scope = module_scope(name) if kind in ("module", "params_grad") else ""
+    call = Call(name, kind, direction, order, [], [], [], None, (), _shared(prefix), _shared(op),
+                scope, index)
     if kind == "params_grad":
         for param, records in record.items():
             items = records if isinstance(records, list) else [records]
@@ -319,28 +328,38 @@ def _parse_call(name: str, record: dict[str, Any], order: int, ctx: _Context) ->
                 path = f"grad.{param}" if len(items) == 1 else f"grad.{param}.{i}"
                 call.outputs.extend(_flatten(item, path, "grad", ctx, name))
         return call
+    get = record.get
     if direction == "forward":
-        call.inputs = _flatten(record.get("input_args", []), "input", "input", ctx, name)
-        call.inputs += _flatten(record.get("input_kwargs", {}), "input", "input", ctx, name)
-        params = _flatten(record.get("parameters", {}), "parameters", "parameter", ctx, name)
-        call.parameters = [p for p in params if isinstance(p, TensorRecord)]
+        call.inputs = _flatten(get("input_args", _NONE_GIVEN), "input", "input", ctx, name)
+        kwargs = get("input_kwargs", _NONE_GIVEN)
+        if kwargs is not _NONE_GIVEN:
+            call.inputs += _flatten(kwargs, "input", "input", ctx, name)
+        params = get("parameters", _NONE_GIVEN)
+        if params is not _NONE_GIVEN:
+            call.parameters = [p for p in _flatten(params, "parameters", "parameter", ctx, name)
+                               if isinstance(p, TensorRecord)]
     else:
-        call.inputs = _flatten(record.get("input", []), "input", "input", ctx, name)
-    call.outputs = _flatten(record.get("output", []), "output", "output", ctx, name)
+        call.inputs = _flatten(get("input", _NONE_GIVEN), "input", "input", ctx, name)
+    call.outputs = _flatten(get("output", _NONE_GIVEN), "output", "output", ctx, name)
     return call
+
+
+# A key the record does not have: no arguments (an empty list, never changed)
+_NONE_GIVEN: list[Any] = []
 
 
 def _flatten(value: Any, path: str, role: Role, ctx: _Context, node: str) -> list[Arg]:
     """Walk msprobe's structural encoding of args (lists, dicts, records) into flat args."""
     if value is None:
         return [ScalarArg(path, "None", None)]
-    if isinstance(value, list):
+    if type(value) is list:
         out: list[Arg] = []
         for i, item in enumerate(value):
+            child = _child_path(path, i)
             if type(item) is dict and _is_tensor(item):  # most items: no recursion for them
-                out.append(_tensor(item, f"{path}.{i}", role, ctx, node))
+                out.append(_tensor(item, child, role, ctx, node))
             else:
-                out += _flatten(item, f"{path}.{i}", role, ctx, node)
+                out += _flatten(item, child, role, ctx, node)
         return out
     if not isinstance(value, dict):
         raise AccuracyInputError(ctx.dump_json, f"node {brief(node)}: unexpected value at {path}")
@@ -351,8 +370,22 @@ def _flatten(value: Any, path: str, role: Role, ctx: _Context, node: str) -> lis
         return [ScalarArg(path, str(value["type"]), payload)]
     out = []
     for key, item in value.items():
-        out += _flatten(item, f"{path}.{key}", role, ctx, node)
+        out += _flatten(item, _child_path(path, key), role, ctx, node)
     return out
+
+
+# (path, position or key) -> "path.position", one string for "input.0" across 100k nodes
+# (bounded: a hostile dump could name a million)
+_CHILD_PATHS: dict[tuple[str, int | str], str] = {}
+
+
+def _child_path(path: str, i: int | str) -> str:
+    known = _CHILD_PATHS.get((path, i))
+    if known is None:
+        known = sys.intern(f"{path}.{i}")
+        if len(_CHILD_PATHS) < 4096:
+            _CHILD_PATHS[(path, i)] = known
+    return known
 
 
 def _is_tensor(value: dict[str, Any]) -> bool:
@@ -414,7 +447,7 @@ def _tensor(value: dict[str, Any], path: str, role: Role, ctx: _Context, node: s
             break
     grad = get("requires_grad")
     return TensorRecord(
-        sys.intern(path),  # "input.0", "output.0": the same few across 100k nodes
+        path,
         role,
         dtype[1],
         dtype[0],
