@@ -225,7 +225,12 @@ class Comparison:
 
     def _criteria(self, index: int) -> CompareCriteria:
         twin = self.provenance.twin_step[index]
-        return self.criteria.held_to_rounding() if twin is not None else self.criteria
+        return self._rounding_criteria if twin is not None else self.criteria
+
+    @cached_property
+    def _rounding_criteria(self) -> CompareCriteria:
+        """The criteria after an identical step (made once: each of its tolerances too)."""
+        return self.criteria.held_to_rounding()
 
     def _compute(self, index: int) -> NodeResult:
         dump, call = self.entries[index]

@@ -101,9 +101,12 @@ def precision_finding(
 def scalar_diffs(npu: Call, bench: Call, same_framework: bool) -> list[ScalarDiff]:
     """Non-tensor arguments recorded on both sides with different values: keywords of a shared
     meaning always, positional ones within a framework or where both sides call the same op."""
+    ours = npu.scalar_inputs
+    if not ours:
+        return []
     theirs = {a.path: a for a in bench.inputs if isinstance(a, ScalarArg)}
     diffs, op = [], None
-    for arg in npu.scalar_inputs:
+    for arg in ours:
         other = theirs.get(arg.path)
         if other is None or same_value(arg.value, other.value):
             continue

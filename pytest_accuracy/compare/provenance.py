@@ -85,13 +85,14 @@ def build(
     changed: set[tuple[int, int]] = set()  # (step, rank) where an output dtype already differed
     seen: dict[tuple[str, str, tuple[str, ...]], int] = {}
     first_calls: dict[tuple[int, str], tuple[int, int]] = {}  # (rank, name) -> (step, node)
+    rounding = criteria.held_to_rounding()  # after an identical step (one object: its memo)
     for i, (dump, call, bench) in enumerate(pairs):
         prov.matched.append(bench is not None)
         prov.names.append(call.name)
         prov.first_flag_before.append(first)
         twin = twin_step_before(identical, dump.step, dump.rank)
         prov.twin_step.append(twin)
-        node_criteria = criteria.held_to_rounding() if twin is not None else criteria
+        node_criteria = rounding if twin is not None else criteria
         held.append(node_criteria.with_waiver(None))
         found = _findings_at(
             prov, i, dump, call, bench, twin if first is None else None,

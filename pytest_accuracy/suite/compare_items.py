@@ -219,6 +219,9 @@ def _has_common_output(cmp: Comparison, index: int) -> bool:
     bench = cmp.bench_call(index)
     if bench is None:
         return False
+    call = cmp.entries[index][1]
+    if call.dtype_signature == bench.dtype_signature:  # the same tensors, in the same places
+        return bool(call.output_tensors)
     theirs = {r.path for r in bench.output_tensors}
     return any(r.path in theirs for r in cmp.entries[index][1].output_tensors)
 
