@@ -73,12 +73,13 @@ def node_record(
         "findings": [{"kind": f.kind, "detail": f.detail} for f in result.findings],
         "local_error": result.local.as_dict() if result.local is not None else None,
         "carried_from": result.carried_from,
+        # one dict for every node of a dtype (the criteria make each tolerance once): read only
         "tolerance": vars(result.tolerance) if result.tolerance is not None else None,
         "twin_step": result.twin_step,
         "rows": _rows(result) if rows else [],
+        **_metric_fields(worst),
+        "parent": result.npu.parent,  # construct.json: the report's module tree
     }
-    record.update(_metric_fields(worst))
-    record["parent"] = result.npu.parent  # construct.json: the report's module tree
     if result.status in ("fail", "pass") and worst is not None and not worst.ok:
         record["reason"] = worst.judgement.detail
     if result.status == "fail" and not record["reason"] and result.findings:
@@ -95,10 +96,11 @@ def _worst_output(result: NodeResult) -> TensorComparison | None:
 
 def _metric_fields(t: TensorComparison | None) -> dict[str, Any]:
     m = t.metrics if t else None
+    # zip without strict: the columns and the getters are made from the same names
     if isinstance(m, TensorMetrics):
-        return dict(zip(TENSOR_COLUMNS, _nums(_TENSOR_VALUES(m)), strict=True))
+        return dict(zip(TENSOR_COLUMNS, _nums(_TENSOR_VALUES(m))))  # noqa: B905
     if isinstance(m, StatsMetrics):
-        return dict(zip(STATS_COLUMNS, _nums(_STATS_VALUES(m)), strict=True))
+        return dict(zip(STATS_COLUMNS, _nums(_STATS_VALUES(m))))  # noqa: B905
     if t is not None and t.method == "md5":
         return {"md5_equal": t.ok}
     return {}
