@@ -11,7 +11,8 @@ hits all alike, it measures on the same files:
 
 * ours: ``pytest --acc-npu=N --acc-bench=B --acc-json=J --acc-report=R -p no:cacheprovider -q``
   from an empty directory, serial and ``-n 2``, default and ``--acc-inputs=all`` (the full
-  table, every tensor pair msprobe compares);
+  table, every tensor pair msprobe compares); and ``ours gate``, the same without the JSON
+  document and the report (what a CI gate runs: verdict and terminal summary);
 * the floor: ``floor_compare.py`` (read every paired tensor once, one float64 pass of every
   metric's sums, one thread, numpy, 64k chunks) and bare ``pytest --co`` with the plugin;
 * ``msprobe compare`` (file mode, ``-tp``/``-gp`` the two dump.json) where msprobe is found.
@@ -43,8 +44,12 @@ sys.path.insert(0, str(HERE))
 import bench_measure as bm  # noqa: E402
 import make_large_pair  # noqa: E402
 
+_GATE = "--gate-only"  # not a pytest option: pytest_cmd leaves the output options out
+
 MODES = {  # name -> extra pytest arguments
     "ours serial": [],
+    # what a CI gate runs: the verdict and the terminal summary, no JSON document or report
+    "ours gate": [_GATE],
     "ours -n 2": ["-n", "2"],
     "ours full serial": ["--acc-inputs=all"],
     "ours full -n 2": ["--acc-inputs=all", "-n", "2"],
@@ -54,9 +59,11 @@ MODES = {  # name -> extra pytest arguments
 def pytest_cmd(python: Path, npu: Path, bench: Path, out: Path, extra: list[str]) -> list[str]:
     # the development venv has hypothesis, whose pytest plugin imports it in every terminal
     # summary (0.3-0.5 s here, in ours and in `--co` alike): a user without it does not pay it
-    return [str(python), "-m", "pytest", f"--acc-npu={npu}", f"--acc-bench={bench}",
-            f"--acc-json={out / 'acc.json'}", f"--acc-report={out / 'report'}",
-            "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-q", *extra]
+    outputs = [] if _GATE in extra else [f"--acc-json={out / 'acc.json'}",
+                                         f"--acc-report={out / 'report'}"]
+    return [str(python), "-m", "pytest", f"--acc-npu={npu}", f"--acc-bench={bench}", *outputs,
+            "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-q",
+            *(x for x in extra if x != _GATE)]
 
 
 def run_case(python: Path, npu: Path, bench: Path, repeat: int, msprobe: Path | None,

@@ -131,7 +131,7 @@ def compare_tensor(
     """Compare one tensor pair with the best evidence both sides have (``table``: statistics
     already compared)."""
     tol = criteria.tolerance(dtype)
-    kinds = _dtype_kind(npu.dtype), _dtype_kind(bench.dtype)
+    kinds = dtype_kind(npu.dtype), dtype_kind(bench.dtype)
     if kinds[0] != kinds[1]:  # integers where the bench has floats: another computation
         judged = Judgement(False, f"dtype differs: npu {npu.dtype} vs bench {bench.dtype}")
         return TensorComparison(npu.path, npu, bench, dtype, judged, None, "metadata")
@@ -159,7 +159,8 @@ def compare_tensor(
     )
 
 
-def _dtype_kind(dtype: str) -> str:
+def dtype_kind(dtype: str) -> str:
+    """float, complex, bool or int: a pair of two kinds is another computation."""
     if is_float_dtype(dtype):
         return "float"
     return "complex" if dtype.startswith("complex") else "bool" if dtype == "bool" else "int"
@@ -173,7 +174,7 @@ def _loaded(record: TensorRecord) -> np.ndarray:
     """The record's data, refused when the file holds another kind of number than the
     record says (complex values under a float32 record would be compared as reals)."""
     array = record.load()
-    if (array.dtype.kind == "c") != (_dtype_kind(record.dtype) == "complex"):
+    if (array.dtype.kind == "c") != (dtype_kind(record.dtype) == "complex"):
         raise AccuracyInputError(_data_path(record), f"holds {array.dtype} values where its "
                                  f"dump.json record says {record.dtype}")
     return array

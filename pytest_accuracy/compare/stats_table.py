@@ -57,6 +57,12 @@ class StatsTable:
         return StatsMetrics("ok", 4, dmax, dmin, dmean, dnorm, rmax, rmin, rmean, rnorm, rrange,
                             0, 0)
 
+    def finite_metrics(self, npu: TensorRecord, bench: TensorRecord) -> list[float] | None:
+        """The pair's diffs and relative errors as floats (``StatsMetrics``' field order, from
+        ``max_diff`` to ``range_rel_err``), where the table holds a finite row for it."""
+        row = self._row(npu, bench)
+        return None if row is None else cast(list[float], self._metrics[row].tolist())
+
     def agree(self, npu: TensorRecord, bench: TensorRecord, dtype: str,
               tol: Tolerance) -> bool | None:
         """``judge_stats(self.metrics(npu, bench), dtype, tol).ok`` for a finite row, without

@@ -10,6 +10,7 @@ from typing import Any
 from pytest_accuracy.compare import NodeResult, TensorComparison
 from pytest_accuracy.compare.divergence import FirstDivergence
 from pytest_accuracy.compare.metrics import StatsMetrics, TensorMetrics
+from pytest_accuracy.compare.plain import PlainPass
 
 # msprobe's metric column names and our snake_case JSON keys for them.
 TENSOR_COLUMNS = {
@@ -85,6 +86,48 @@ def node_record(
     if result.status == "fail" and not record["reason"] and result.findings:
         record["reason"] = result.findings[0].detail
     return record
+
+
+def plain_record(plain: PlainPass, *, rows: bool = True) -> dict[str, Any]:
+    """``node_record`` of a plain pass (compare/plain.py), key for key and value for value
+    (tests/test_plain_pass.py compares the two on every node): its first output is its worst,
+    and nothing failed, was found or waived."""
+    first = plain.outputs[0]
+    return {
+        "npu_name": plain.npu.name,
+        "bench_name": plain.bench.name,
+        "step": plain.step,
+        "rank": plain.rank,
+        "status": "pass",
+        "reason": "",
+        "tensor": first.npu.path,
+        "method": "statistics",
+        "effective_dtype": first.dtype,
+        "first_divergence": False,
+        "divergence_kind": None,
+        "waiver": None,
+        "scalar_diffs": [],
+        "finding": None,
+        "findings": [],
+        "local_error": None,
+        "carried_from": None,
+        "tolerance": vars(plain.tolerance),
+        "twin_step": plain.twin_step,
+        "rows": _plain_rows(plain) if rows else [],
+        **dict(zip(STATS_COLUMNS, _nums(first.metrics[:8]))),  # noqa: B905
+        "parent": plain.npu.parent,
+    }
+
+
+def _plain_rows(plain: PlainPass) -> list[list[Any]]:
+    """``_rows`` of a plain pass: its outputs' statistics rows, each passing."""
+    stack = plain.npu.stack_line()
+    npu_name, bench_name = plain.npu.name, plain.bench.name
+    return [["statistics", plain.step, plain.rank, f"{npu_name}.{o.npu.path}",
+             f"{bench_name}.{o.npu.path}", o.npu.raw_dtype, o.bench.raw_dtype,
+             list(o.npu.shape), list(o.bench.shape), o.dtype,
+             *_percent(_nums(o.metrics[:8])), *o.npu.stats, *o.bench.stats, "pass", "", stack]
+            for o in plain.outputs]
 
 
 def _worst_output(result: NodeResult) -> TensorComparison | None:
@@ -163,7 +206,7 @@ def _row_metrics(t: TensorComparison) -> tuple[str, Sequence[Any]]:
     return "none", ()
 
 
-def _nums(values: tuple[Any, ...]) -> list[Any]:
+def _nums(values: Sequence[Any]) -> list[Any]:
     """The values with NaN as None (JSON has no NaN; an empty CSV cell), in one pass."""
     isnan = math.isnan
     return [None if isinstance(v, float) and isnan(v) else v for v in values]

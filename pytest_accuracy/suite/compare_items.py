@@ -15,7 +15,8 @@ from pytest_accuracy.compare.divergence import (
     evidence_lines,
     find_first_nonfinite,
 )
-from pytest_accuracy.report.records import node_record
+from pytest_accuracy.compare.plain import PlainPass, plain_pass
+from pytest_accuracy.report.records import node_record, plain_record
 from pytest_accuracy.settings import setting, typed_setting
 from pytest_accuracy.suite import RECORD_KEY, AccuracyError, AccuracyGroup, AccuracyItem
 from pytest_accuracy.suite.messages import enclosing_line, mismatched_line, precision_hint
@@ -79,12 +80,19 @@ class CompareItem(AccuracyItem):
         if result.status == "error":
             raise AccuracyError([f"{result.npu.name}: {result.reason}"])
         if result.status == "fail":
+            assert isinstance(result, NodeResult)  # a plain pass never fails
             raise AccuracyError(failure_lines(result, own))
 
 
 def judge_node(cmp: Comparison, index: int, ahead: Sequence[int] | None, *,
-               rows: bool) -> tuple[NodeResult, FirstDivergence | None, dict[str, Any]]:
+               rows: bool) -> tuple[NodeResult | PlainPass, FirstDivergence | None,
+                                    dict[str, Any]]:
     """One node's result, its own error described when it fails, and its record."""
+    plain = plain_pass(cmp, index)
+    if plain is not None:  # certain from metadata: no result to build (compare/plain.py)
+        record = plain_record(plain, rows=rows)
+        record["order"] = index
+        return plain, None, record
     result = cmp.node(index, ahead=ahead)
     # Each failing node describes itself; the controller picks the earliest (xdist-safe).
     own = describe(cmp, cmp.with_inputs(index)) if result.status == "fail" else None
@@ -92,6 +100,7 @@ def judge_node(cmp: Comparison, index: int, ahead: Sequence[int] | None, *,
     record["order"] = index
     if own is not None:
         record["first"] = {**own.as_dict(), "index": own.index}
+    cmp.release(index)  # the record holds what the run needs of a passing node
     return result, own, record
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from pytest_accuracy.compare import Comparison, NodeResult
 from pytest_accuracy.compare.divergence import FirstDivergence
+from pytest_accuracy.compare.plain import PlainPass
 from pytest_accuracy.compare.regions import Region, regions
 from pytest_accuracy.settings import setting
 from pytest_accuracy.suite import RECORD_KEY, AccuracyError, AccuracyGroup, AccuracyItem
@@ -44,7 +45,9 @@ class RegionItem(AccuracyItem):
         for at, index in enumerate(indices):
             judged.append(judge_node(cmp, index, indices[at + 1:at + 8], rows=rows))
         records = [record for _, _, record in judged]
-        failing = [(result, own) for result, own, _ in judged if result.status == "fail"]
+        # a plain pass (compare/plain.py) never fails: failures are full results
+        failing = [(result, own) for result, own, _ in judged
+                   if isinstance(result, NodeResult) and result.status == "fail"]
         # step, rank and order of the region's first failure: failures print in run order
         lead = failing[0][0] if failing else judged[0][0]
         self.stash[RECORD_KEY] = {"region": self.region.name, "region_nodes": records,
@@ -52,7 +55,7 @@ class RegionItem(AccuracyItem):
         _outcome(self.region, [result for result, _, _ in judged], failing)
 
 
-def _outcome(region: Region, results: list[NodeResult],
+def _outcome(region: Region, results: list[NodeResult | PlainPass],
              failing: list[tuple[NodeResult, FirstDivergence | None]]) -> None:
     """Raise the region's verdict: error, fail, xfail (only carried or waived), skip."""
     errors = [r for r in results if r.status == "error"]
@@ -75,7 +78,7 @@ def _outcome(region: Region, results: list[NodeResult],
         pytest.xfail(escape_controls(f"{waived.npu.name}: {waived.reason}"))
 
 
-def _failure_lines(region: Region, results: list[NodeResult],
+def _failure_lines(region: Region, results: list[NodeResult | PlainPass],
                    failing: list[tuple[NodeResult, FirstDivergence | None]]) -> list[str]:
     from pytest_accuracy.suite.compare_items import failure_lines
 
