@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pytest_accuracy.compare.criteria import Tolerance, less_precise
-from pytest_accuracy.compare.judge import dtype_kind, records_of
+from pytest_accuracy.compare.judge import dtype_kind
 from pytest_accuracy.dumps.model import Call, TensorRecord, is_float_dtype
 
 if TYPE_CHECKING:
@@ -61,19 +61,20 @@ def plain_pass(cmp: Comparison, index: int) -> PlainPass | None:
     if table is None or prov.findings[index] or cmp.region_of(index) is not None:
         return None
     criteria, dtype = cmp.criteria_at(index), cmp.effective_dtypes[index]
-    theirs = {r.path: r for r in records_of(bench)}
+    # the bench's outputs by path; an output without one there goes to the full compare
+    # (which looks among the bench's inputs too)
+    theirs = {r.path: r for r in bench.output_tensors}
     outputs = []
     for record in call.output_tensors:
         other = theirs.get(record.path)
-        if other is None:
-            continue  # compared on neither path
-        if (other.has_data or (record.md5 is not None and other.md5 is not None)
+        if (other is None or other.has_data
+                or (record.md5 is not None and other.md5 is not None)
                 or dtype_kind(record.dtype) != dtype_kind(other.dtype)
                 or record.shape != other.shape):
             return None  # judged by data, checksum, dtype kind or shape: the full compare
         eff = less_precise(dtype, record.dtype) if is_float_dtype(record.dtype) else record.dtype
-        metrics = table.finite_metrics(record, other)
-        if metrics is None or not table.agree(record, other, eff, criteria.tolerance(eff)):
+        metrics = table.agreeing_metrics(record, other, eff, criteria.tolerance(eff))
+        if metrics is None:
             return None
         outputs.append(PlainOutput(record, other, eff, metrics))
     if not outputs:

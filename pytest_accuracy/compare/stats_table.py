@@ -57,11 +57,16 @@ class StatsTable:
         return StatsMetrics("ok", 4, dmax, dmin, dmean, dnorm, rmax, rmin, rmean, rnorm, rrange,
                             0, 0)
 
-    def finite_metrics(self, npu: TensorRecord, bench: TensorRecord) -> list[float] | None:
+    def agreeing_metrics(self, npu: TensorRecord, bench: TensorRecord, dtype: str,
+                         tol: Tolerance) -> list[float] | None:
         """The pair's diffs and relative errors as floats (``StatsMetrics``' field order, from
-        ``max_diff`` to ``range_rel_err``), where the table holds a finite row for it."""
+        ``max_diff`` to ``range_rel_err``), where the table holds a finite row for it and
+        the pair agrees (``agree``); else None."""
         row = self._row(npu, bench)
-        return None if row is None else cast(list[float], self._metrics[row].tolist())
+        if row is None or not (self._worst[row] <= tol.rel_err if dtype in FLOAT_EPS
+                               else self._exact[row]):
+            return None
+        return cast(list[float], self._metrics[row].tolist())
 
     def agree(self, npu: TensorRecord, bench: TensorRecord, dtype: str,
               tol: Tolerance) -> bool | None:

@@ -20,6 +20,8 @@ def identical_steps(
     """(step, rank) of every dump whose nodes all match the bench's exactly; only dumps that
     a later step of their rank follows are judged (no later step can be held to one)."""
     pairs = list(pairs)
+    if len({dump.step for dump in {id(d): d for d, _, _ in pairs}.values()}) < 2:
+        return set()  # one step: no later step can be held to it
     last: dict[int, int] = {}
     for dump, _, _ in pairs:
         last[dump.rank] = max(last.get(dump.rank, dump.step), dump.step)
@@ -33,6 +35,8 @@ def identical_steps(
 
 def twin_step_before(identical: set[tuple[int, int]], step: int, rank: int) -> int | None:
     """The latest identical step before ``step`` on this rank, if any."""
+    if not identical:
+        return None
     earlier = [s for s, r in identical if r == rank and s < step]
     return max(earlier) if earlier else None
 

@@ -93,6 +93,7 @@ def plain_record(plain: PlainPass, *, rows: bool = True) -> dict[str, Any]:
     (tests/test_plain_pass.py compares the two on every node): its first output is its worst,
     and nothing failed, was found or waived."""
     first = plain.outputs[0]
+    m = first.metrics
     return {
         "npu_name": plain.npu.name,
         "bench_name": plain.bench.name,
@@ -114,7 +115,10 @@ def plain_record(plain: PlainPass, *, rows: bool = True) -> dict[str, Any]:
         "tolerance": vars(plain.tolerance),
         "twin_step": plain.twin_step,
         "rows": _plain_rows(plain) if rows else [],
-        **dict(zip(STATS_COLUMNS, _nums(first.metrics[:8]))),  # noqa: B905
+        # STATS_COLUMNS, from a finite row: finite or inf, never NaN (None in _nums)
+        "max_diff": m[0], "min_diff": m[1], "mean_diff": m[2], "l2norm_diff": m[3],
+        "max_relative_err": m[4], "min_relative_err": m[5], "mean_relative_err": m[6],
+        "norm_relative_err": m[7],
         "parent": plain.npu.parent,
     }
 

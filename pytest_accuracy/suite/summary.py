@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -285,7 +286,8 @@ def compare_verdict_lines(nodes: list[dict[str, Any]], first: dict[str, Any] | N
     """How many nodes make, carry or escape a divergence; the first divergence comes last."""
     if not nodes:
         return []
-    count = {s: sum(n["status"] == s for n in nodes)
+    counted = Counter(n["status"] for n in nodes)  # one pass over 100k nodes, not seven
+    count = {s: counted[s]
              for s in ("pass", "fail", "carried", "error", "skip", "unmatched", "waived")}
     lines = []
     repeats = sum(n["status"] == "carried" and bool(n.get("finding")) for n in nodes)
