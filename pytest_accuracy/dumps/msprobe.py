@@ -223,12 +223,15 @@ def _read_stacks(path: Path) -> dict[str, tuple[str, ...]]:
         return {}
     doc = read_json(path)
     stacks: dict[str, tuple[str, ...]] = {}
+    # one tuple per distinct stack: a layer's calls repeat the same frames in every layer
+    shared: dict[tuple[str, ...], tuple[str, ...]] = {}
     entries = doc.values() if isinstance(doc, dict) else []
     for entry in entries:
         if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list):
             frames = tuple(str(f) for f in entry[1]) if isinstance(entry[1], list) else ()
+            frames = shared.setdefault(frames, frames)
             for name in entry[0]:
-                stacks[str(name)] = frames
+                stacks[name if type(name) is str else str(name)] = frames
     return stacks
 
 

@@ -342,20 +342,25 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 def _json_native(value: Any) -> bool:
     """Whether ``value`` is exactly what ``json.loads(json.dumps(value))`` would give back."""
+    if type(value) in _SCALARS:
+        return True
     pending = [value]
+    scalars = _SCALARS
     while pending:
         item = pending.pop()
         kind = type(item)
-        if kind in _SCALARS:
-            continue
         if kind is dict:
-            if not all(type(key) is str for key in item):
-                return False
-            pending.extend(item.values())
+            for key in item:
+                if type(key) is not str:
+                    return False
+            members = item.values()
         elif kind is list:
-            pending.extend(item)
+            members = item
         else:  # a tuple, a numpy number, an object: JSON would give back something else
             return False
+        for member in members:  # scalars checked here, not pushed (most of a record)
+            if type(member) not in scalars:
+                pending.append(member)
     return True
 
 
