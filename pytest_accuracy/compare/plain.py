@@ -69,7 +69,8 @@ def plain_pass(cmp: Comparison, index: int) -> PlainPass | None:
         other = theirs.get(record.path)
         if (other is None or other.has_data
                 or (record.md5 is not None and other.md5 is not None)
-                or dtype_kind(record.dtype) != dtype_kind(other.dtype)
+                or (record.dtype != other.dtype
+                    and dtype_kind(record.dtype) != dtype_kind(other.dtype))
                 or record.shape != other.shape):
             return None  # judged by data, checksum, dtype kind or shape: the full compare
         eff = less_precise(dtype, record.dtype) if is_float_dtype(record.dtype) else record.dtype
