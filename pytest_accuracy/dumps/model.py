@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Generic, Literal, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -198,20 +198,36 @@ class Call:
         return " ".join(self.stack[0].split()) if self.stack else None
 
 
+V = TypeVar("V", bound=Hashable)
+
+
+class SharedValues(Generic[V]):
+    """One object for each distinct value a reader meets again and again (a dtype signature,
+    an API name), so that 100k calls share a few hundred; up to ``bound`` values are kept,
+    as a hostile dump could make a new one for every call."""
+
+    def __init__(self, bound: int) -> None:
+        self._known: dict[V, V] = {}
+        self._bound = bound
+
+    def __call__(self, value: V) -> V:
+        known = self._known.get(value)
+        if known is not None:
+            return known
+        if len(self._known) < self._bound:
+            self._known[value] = value
+        return value
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+
 DtypeSignature = tuple[tuple[str, str], ...]
-# equal signatures made once, so that calls share them (a dump has a few hundred); bounded, as
-# a hostile dump could make one per call
-_SIGNATURES: dict[DtypeSignature, DtypeSignature] = {}
+_SIGNATURES: SharedValues[DtypeSignature] = SharedValues(4096)
 
 
 def _signature(*groups: list[TensorRecord]) -> DtypeSignature:
-    sig = tuple([(r.path, r.dtype) for group in groups for r in group])
-    known = _SIGNATURES.get(sig)
-    if known is not None:
-        return known
-    if len(_SIGNATURES) < 4096:
-        _SIGNATURES[sig] = sig
-    return sig
+    return _SIGNATURES(tuple([(r.path, r.dtype) for group in groups for r in group]))
 
 
 def _tensors_of(args: list[Arg]) -> list[TensorRecord]:

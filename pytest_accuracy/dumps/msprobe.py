@@ -18,6 +18,7 @@ from pytest_accuracy.dumps.model import (
     DumpMode,
     Role,
     ScalarArg,
+    SharedValues,
     Stats,
     TensorRecord,
     canonical_dtype,
@@ -306,17 +307,8 @@ def module_scope(name: str) -> str:
 
 
 # prefixes and API or class names: a dump has a few hundred, each written in ~1000 node
-# names; shared instead of one string per node (bounded: a hostile dump has a million)
-_NAME_PARTS: dict[str, str] = {}
-
-
-def _shared(part: str) -> str:
-    known = _NAME_PARTS.get(part)
-    if known is not None:
-        return known
-    if len(_NAME_PARTS) < 65536:
-        _NAME_PARTS[part] = part
-    return part
+# names; shared instead of one string per node
+_shared: SharedValues[str] = SharedValues(65536)
 
 
 def _parse_call(name: str, record: dict[str, Any], order: int, ctx: _Context) -> Call:
