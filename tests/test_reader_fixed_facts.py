@@ -67,3 +67,14 @@ def test_equal_signatures_find_nothing_and_effective_dtypes_fold_alike(
                                  running, criteria, lambda r: False) == []
     assert cmp.effective_dtypes == expected
     assert skipped > 0
+
+
+def test_shared_values_are_one_object_each_and_bounded() -> None:
+    from pytest_accuracy.dumps.model import SharedValues
+
+    shared: SharedValues[str] = SharedValues(3)
+    first = shared("".join(["Tensor", ".add"]))
+    assert shared("".join(["Tensor", ".add"])) is first  # an equal value: the kept object
+    for i in range(10):
+        assert shared(f"api{i}") == f"api{i}"  # past the bound: returned, not kept
+    assert len(shared) == 3
