@@ -78,3 +78,25 @@ def test_shared_values_are_one_object_each_and_bounded() -> None:
     for i in range(10):
         assert shared(f"api{i}") == f"api{i}"  # past the bound: returned, not kept
     assert len(shared) == 3
+
+
+def test_stacks_are_read_with_the_dump_and_indexed_when_asked(copy_dump: object) -> None:
+    """A call's stack comes from its dump's stack.json, indexed on the first ask; a stack.json
+    that is no JSON fails the dump's reading, as before."""
+    import json as json_module
+
+    from pytest_accuracy.errors import AccuracyInputError
+
+    root = copy_dump("pt_bug", "mix_statistics")  # type: ignore[operator]
+    rank = next((root / "step0").iterdir())
+    doc = json_module.loads((rank / "stack.json").read_text())
+    expected = {str(n): tuple(e[1]) for e in doc.values() for n in e[0]}
+    calls = next(d for d in load_dumps(root) if d.path.parent == rank).calls
+    index = calls[0].stacks
+    assert index is not None and index._frames is None  # nothing asked yet
+    assert all(c.stacks is index and c.stack == () for c in calls)
+    assert [c.stack_frames() for c in calls] == [expected.get(c.name, ()) for c in calls]
+    assert any(c.stack_frames() for c in calls) and index._load is None  # the bytes let go
+    (rank / "stack.json").write_text('{"0": [["a"], ["b"]]')  # truncated
+    with pytest.raises(AccuracyInputError, match=r"stack\.json.*not valid JSON"):
+        load_dumps(root)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterator
+import threading
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, Literal, NamedTuple, TypeVar
@@ -156,6 +157,8 @@ class Call:
     # is complete (asked ~10 times a node by the compare); None: found anew on every ask
     fixed_tensors: tuple[list[TensorRecord], list[TensorRecord], DtypeSignature] | None = field(
         default=None, repr=False, compare=False)
+    # where the stack comes from when ``stack`` is not given (read when a message asks)
+    stacks: StackIndex | None = field(default=None, repr=False, compare=False)
 
     @property
     def input_tensors(self) -> list[TensorRecord]:
@@ -190,12 +193,40 @@ class Call:
             return []  # its inputs are all tensors
         return [a for a in self.inputs if isinstance(a, ScalarArg)]
 
+    def stack_frames(self) -> tuple[str, ...]:
+        """The call's stack, innermost first (its dump's stack.json, read when first asked)."""
+        if self.stack or self.stacks is None:
+            return self.stack
+        return self.stacks.get(self.name)
+
     def stack_line(self) -> str | None:
         """The innermost stack frame outside the frameworks' own files, for messages."""
-        for frame in self.stack:
+        stack = self.stack_frames()
+        for frame in stack:
             if "site-packages" not in frame and "dist-packages" not in frame:
                 return " ".join(frame.split())
-        return " ".join(self.stack[0].split()) if self.stack else None
+        return " ".join(stack[0].split()) if stack else None
+
+
+class StackIndex:
+    """Node name -> stack frames of one dump, made from its stack.json when a node's stack is
+    first asked (a failure's message, a report's rows): a run where nothing fails never asks,
+    and indexing a 100k-node stack.json took 0.13 s a side. ``load`` must not fail: the file
+    was read and parsed when the dump was (a bad one fails the dump's reading)."""
+
+    __slots__ = ("_frames", "_load", "_lock")
+
+    def __init__(self, load: Callable[[], dict[str, tuple[str, ...]]]) -> None:
+        self._load: Callable[[], dict[str, tuple[str, ...]]] | None = load
+        self._frames: dict[str, tuple[str, ...]] | None = None
+        self._lock = threading.Lock()  # nodes compare in threads
+
+    def get(self, name: str) -> tuple[str, ...]:
+        if self._frames is None:
+            with self._lock:
+                if self._frames is None and self._load is not None:
+                    self._frames, self._load = self._load(), None
+        return self._frames.get(name, ()) if self._frames is not None else ()
 
 
 V = TypeVar("V", bound=Hashable)

@@ -19,6 +19,7 @@ from pytest_accuracy.dumps.model import (
     Role,
     ScalarArg,
     SharedValues,
+    StackIndex,
     Stats,
     TensorRecord,
     canonical_dtype,
@@ -51,20 +52,29 @@ def read_json(path: Path, *, unique_nodes: bool = False) -> Any:
     since a small hostile file could otherwise take GBs (a 5000-digit integer, 100k brackets).
     ``unique_nodes``: a node name written twice as a key is an error (JSON keeps the last).
     """
+    return _parse(path, _read_bytes(path), unique_nodes=unique_nodes)
+
+
+def _read_bytes(path: Path) -> bytes:
     try:
         with open_regular(path) as (handle, info):  # a FIFO or /dev/zero is refused
             if (size := info.st_size) > limit("json_bytes"):
                 raise AccuracyInputError(path, f"file size: {over('json_bytes', size)}")
-            raw = handle.read()
+            return handle.read()
     except OSError as exc:
         raise AccuracyInputError(path, f"cannot read file ({exc.strerror or exc})") from exc
+
+
+def _parse(path: Path, raw: bytes, *, unique_nodes: bool = False) -> Any:
+    """``raw``, the text of ``path``, parsed (``read_json``'s errors and limits)."""
     digits = raw.translate(_DIGITS)
     long_numbers = digits.find(b"0" * (limit("json_number_chars") + 1)) >= 0
     doc = _fast_loads(raw, digits) if not long_numbers else None
     del digits
     try:
         text = raw.decode("utf-8")
-        del raw  # 46 MB on a 100k-node dump.json: not kept alive beside the parsed tree
+        del raw  # 46 MB on a 100k-node dump.json: not kept alive beside the parsed tree (the
+        # caller's reference went with the call: read_json passes it along)
     except UnicodeDecodeError as exc:
         raise AccuracyInputError(path, "not UTF-8 text; is this really a JSON file?") from exc
     try:
@@ -188,7 +198,7 @@ def read_dump(dump_json: Path, *, step: int, rank: int, confine: Path | None = N
         except RecursionError:
             raise AccuracyInputError(dump_json, f"node {brief(name)}: nests too deep") from None
         call.parent = parents.get(name)
-        call.stack = stacks.get(name, ())
+        call.stacks = stacks
         call.fix_tensors()
         calls.append(call)
     framework, notes = str(doc.get("framework") or ""), list[str]()
@@ -219,10 +229,16 @@ def _dump_mode(doc: dict[str, Any], data: dict[str, Any]) -> DumpMode:
     return "statistics"
 
 
-def _read_stacks(path: Path) -> dict[str, tuple[str, ...]]:
+def _read_stacks(path: Path) -> StackIndex | None:
+    """stack.json read and parsed now (a bad one fails the dump), indexed when first asked."""
     if not path.exists():
-        return {}
-    doc = read_json(path)
+        return None
+    raw = _read_bytes(path)
+    _parse(path, raw)  # its errors are the dump's, now
+    return StackIndex(lambda: _index_stacks(_parse(path, raw)))
+
+
+def _index_stacks(doc: Any) -> dict[str, tuple[str, ...]]:
     stacks: dict[str, tuple[str, ...]] = {}
     # one tuple per distinct stack: a layer's calls repeat the same frames in every layer
     shared: dict[tuple[str, ...], tuple[str, ...]] = {}

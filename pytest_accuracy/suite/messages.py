@@ -44,7 +44,8 @@ def enclosing_line(call: Call) -> str | None:
 def _caller_frame(call: Call) -> str | None:
     """The second stack frame outside the frameworks' files: the line that called the module
     whose code the innermost frame is."""
-    own = [f for f in call.stack if "site-packages" not in f and "dist-packages" not in f]
+    own = [f for f in call.stack_frames()
+           if "site-packages" not in f and "dist-packages" not in f]
     return " ".join(own[1].split()) if len(own) > 1 else None
 
 
