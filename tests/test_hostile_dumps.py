@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pytest_accuracy.dumps.jsonfile import read_json
 from pytest_accuracy.dumps.layout import load_dumps
-from pytest_accuracy.dumps.msprobe import read_json
 from pytest_accuracy.dumps.tensors import load_array
 from pytest_accuracy.errors import AccuracyInputError
 from tests.helpers import dump
@@ -314,12 +314,12 @@ _SAME_TREE = [
 def test_json_reads_the_same_tree_with_and_without_orjson(
     tmp_path: Path, text: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pytest_accuracy.dumps import msprobe
+    from pytest_accuracy.dumps import jsonfile
 
     path = tmp_path / "dump.json"
     path.write_text(text)
     fast = read_json(path)
-    monkeypatch.setattr(msprobe, "_orjson", None)
+    monkeypatch.setattr(jsonfile, "_orjson", None)
     slow = read_json(path)
     expected = json.loads(text)
     # repr: NaN != NaN, and an int read as a float would compare equal
@@ -331,13 +331,13 @@ def test_json_reads_the_same_tree_with_and_without_orjson(
 def test_invalid_json_names_the_same_error_with_and_without_orjson(
     tmp_path: Path, text: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pytest_accuracy.dumps import msprobe
+    from pytest_accuracy.dumps import jsonfile
 
     path = tmp_path / "dump.json"
     path.write_text(text)
     with pytest.raises(AccuracyInputError) as fast:
         read_json(path)
-    monkeypatch.setattr(msprobe, "_orjson", None)
+    monkeypatch.setattr(jsonfile, "_orjson", None)
     with pytest.raises(AccuracyInputError) as slow:
         read_json(path)
     assert fast.value.problem == slow.value.problem
@@ -346,14 +346,14 @@ def test_invalid_json_names_the_same_error_with_and_without_orjson(
 
 def test_real_dumps_read_alike_with_orjson_and_json() -> None:
     """Every bundled real msprobe dump.json: orjson's tree is json.loads' tree, to the bit."""
-    from pytest_accuracy.dumps import msprobe
+    from pytest_accuracy.dumps import jsonfile
 
     files = sorted((Path(__file__).parent / "data" / "real" / "msprobe").rglob("*.json"))
     assert len(files) > 10
     taken = 0
     for file in files:
         raw = file.read_bytes()
-        fast = msprobe._fast_loads(raw, raw.translate(msprobe._DIGITS))
+        fast = jsonfile._fast_loads(raw, raw.translate(jsonfile._DIGITS))
         if fast is not None:
             taken += 1
             assert repr(fast) == repr(json.loads(raw)), file

@@ -9,12 +9,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cached_property
 
 from pytest_accuracy.compare import provenance
-from pytest_accuracy.compare.criteria import CompareCriteria, less_precise
+from pytest_accuracy.compare.criteria import CompareCriteria
 from pytest_accuracy.compare.diagnose import Context, diagnose
+from pytest_accuracy.compare.effective import effective_dtypes
 from pytest_accuracy.compare.findings import scalar_diffs
-from pytest_accuracy.compare.judge import compare_all, records_of, settle
+from pytest_accuracy.compare.judge import compare_all, settle
 from pytest_accuracy.compare.local import LocalError, local_error, lower_precision_inputs
 from pytest_accuracy.compare.results import NodeResult
+from pytest_accuracy.compare.unmatched import unmatched_reason
 from pytest_accuracy.dumps.model import FLOAT_EPS, Call, Dump, DumpSet, TensorRecord
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.pairing.base import Pairing, PairMap, pair_by_name
@@ -30,25 +32,6 @@ def _one_blas_thread() -> None:
         from threadpoolctl import threadpool_limits
 
         _BLAS_LIMITED.append(threadpool_limits(limits=1, user_api="blas"))
-
-
-class _LeastPrecise:
-    """The least precise dtype of a call's records (float64 if none is float), once per
-    dtype signature: less_precise picks the larger epsilon, so folding calls is folding
-    their records."""
-
-    def __init__(self) -> None:
-        self._known: dict[tuple[tuple[str, str], ...], str] = {}
-
-    def __call__(self, call: Call) -> str:
-        sig = call.dtype_signature
-        known = self._known.get(sig)
-        if known is None:
-            known = "float64"
-            for rec in records_of(call):
-                known = less_precise(known, rec.dtype)
-            self._known[sig] = known
-        return known
 
 
 def _all_data(call: Call) -> bool:
@@ -210,17 +193,7 @@ class Comparison:
         nodes both runs record count: a cast only the NPU run makes (an fp16 softmax; msprobe-
         PyTorch records no cast) is reported at the first node both record, and must not
         hold every later node to fp16 before that."""
-        running, where = "float64", (-1, -1)
-        out = []
-        least = _LeastPrecise()
-        for i, (dump, call) in enumerate(self.entries):
-            if (dump.step, dump.rank) != where:
-                running, where = "float64", (dump.step, dump.rank)
-            bench = self.bench_call(i)
-            if bench is not None:
-                running = less_precise(less_precise(running, least(call)), least(bench))
-            out.append(running)
-        return out
+        return effective_dtypes(self.entries, self.bench_call)
 
     @cached_property
     def provenance(self) -> provenance.Provenance:
@@ -249,7 +222,8 @@ class Comparison:
         bench = self.bench_call(index)
         result = NodeResult(index, dump.step, dump.rank, call, bench, status="pass")
         if bench is None:
-            result.status, result.reason = "unmatched", self._unmatched_reason(dump, call)
+            result.status, result.reason = "unmatched", unmatched_reason(
+                dump, call, self.bench, by_name=self.pairing is pair_by_name)
             return result
         waiver = self.criteria.waiver_for(call.name, call.op)
         result.waiver = waiver
@@ -439,25 +413,3 @@ class Comparison:
         from pytest_accuracy.pairing.backward import incomparable_backward  # loads the API map
 
         return incomparable_backward(dump, bench_dump, call, bench)
-
-    def _unmatched_reason(self, dump: Dump, call: Call) -> str:
-        if (dump.step, dump.rank) not in self.bench.dumps:
-            return f"the bench run has no step {dump.step} rank {dump.rank}"
-        bench_fw = self.bench.dumps[(dump.step, dump.rank)].framework
-        by_name = self.pairing is pair_by_name
-        if bench_fw != dump.framework:
-            if by_name:  # --acc-align=name (or a script's Comparison without a pairing)
-                return (
-                    f"no {bench_fw} counterpart for this {dump.framework} node: pairing is by "
-                    "name only; use --acc-align=auto or pass a mapping (--acc-mapping)"
-                )
-            return (
-                f"no {bench_fw} counterpart for this {dump.framework} node: neither the "
-                "alignment nor the mapping in effect pairs it; name its counterpart in a "
-                "mapping (--acc-mapping; the report's inferred_mapping.yaml is a start)"
-            )
-        if by_name:
-            return "no node of this name in the bench dump"
-        return ("no node of this name in the bench dump, and the alignment in effect found no "
-                "counterpart; name one in a mapping (--acc-mapping) if the bench has it")
-

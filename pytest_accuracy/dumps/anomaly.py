@@ -60,7 +60,7 @@ def anomaly_files(path: Path) -> list[Path]:
 
 def read_anomaly(path: Path) -> AnomalyFile:
     """Read one overflow_check result (``{"rank_0": [{"op_name", "data_info", ...}]}``)."""
-    from pytest_accuracy.dumps.msprobe import read_json  # NaN/Infinity literals, size limits
+    from pytest_accuracy.dumps.jsonfile import read_json  # NaN/Infinity literals, size limits
 
     doc = read_json(path)
     if not isinstance(doc, dict):
@@ -127,7 +127,7 @@ class NanCheck:
 
 def read_nan_check(dump_json: Path) -> NanCheck | None:
     """The is_nan flags of a dump.json written with task nan_check; None for another task."""
-    from pytest_accuracy.dumps.msprobe import read_json
+    from pytest_accuracy.dumps.jsonfile import read_json
 
     doc = read_json(dump_json)
     if not isinstance(doc, dict) or doc.get("task") != "nan_check":

@@ -40,7 +40,7 @@ class Part:
 
 def load_part(path: str | Path) -> Part:
     """Read one part; a file that is not a document of this version is an error naming it."""
-    from pytest_accuracy.dumps.msprobe import read_json  # size and number limits, as dumps
+    from pytest_accuracy.dumps.jsonfile import read_json  # size and number limits, as dumps
 
     file = Path(path)
     doc = read_json(file)

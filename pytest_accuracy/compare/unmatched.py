@@ -1,0 +1,28 @@
+"""Why an NPU node found no bench counterpart, in words a user can act on."""
+
+from __future__ import annotations
+
+from pytest_accuracy.dumps.model import Call, Dump, DumpSet
+
+
+def unmatched_reason(dump: Dump, call: Call, bench: DumpSet, *, by_name: bool) -> str:
+    """``by_name``: the pairing in effect is by name only (``--acc-align=name``, a script's
+    Comparison without a pairing)."""
+    if (dump.step, dump.rank) not in bench.dumps:
+        return f"the bench run has no step {dump.step} rank {dump.rank}"
+    bench_fw = bench.dumps[(dump.step, dump.rank)].framework
+    if bench_fw != dump.framework:
+        if by_name:
+            return (
+                f"no {bench_fw} counterpart for this {dump.framework} node: pairing is by "
+                "name only; use --acc-align=auto or pass a mapping (--acc-mapping)"
+            )
+        return (
+            f"no {bench_fw} counterpart for this {dump.framework} node: neither the "
+            "alignment nor the mapping in effect pairs it; name its counterpart in a "
+            "mapping (--acc-mapping; the report's inferred_mapping.yaml is a start)"
+        )
+    if by_name:
+        return "no node of this name in the bench dump"
+    return ("no node of this name in the bench dump, and the alignment in effect found no "
+            "counterpart; name one in a mapping (--acc-mapping) if the bench has it")
