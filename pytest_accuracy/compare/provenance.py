@@ -34,7 +34,6 @@ class Provenance:
     stats: StatsTable | None = None  # every paired output's statistics, compared at once
     flagged: list[bool] = field(default_factory=list)
     matched: list[bool] = field(default_factory=list)  # the node has a bench counterpart
-    names: list[str] = field(default_factory=list)
     first_flag_before: list[int | None] = field(default_factory=list)
     twin_step: list[int | None] = field(default_factory=list)
     entries: list[tuple[Dump, Call]] = field(default_factory=list)  # the nodes, in run order
@@ -53,7 +52,7 @@ class Provenance:
 
     def carrier_of(self, module: int) -> int | None:
         """The first node whose divergence ``module``'s own code made, if any."""
-        for i in range(len(self.names)):
+        for i in range(len(self.entries)):
             if self.first_flag_before[i] is not None:
                 break  # nothing after the first divergence is placed
             if self.made_inside(i) == module:
@@ -104,7 +103,6 @@ def build(
     rounding = criteria.held_to_rounding()  # after an identical step (one object: its memo)
     for i, (dump, call, bench) in enumerate(pairs):
         prov.matched.append(bench is not None)
-        prov.names.append(call.name)
         prov.first_flag_before.append(first)
         twin = twin_step_before(identical, dump.step, dump.rank)
         prov.twin_step.append(twin)
@@ -237,7 +235,9 @@ def _one_sided_producer(
         if after_change:
             return None
         producer = prov.producer_of(dump, record, index)
-        return None if producer is None or prov.matched[producer] else prov.names[producer]
+        if producer is None or prov.matched[producer]:
+            return None
+        return prov.entries[producer][1].name
     return name
 
 

@@ -63,8 +63,7 @@ class StatsTable:
         ``max_diff`` to ``range_rel_err``), where the table holds a finite row for it and
         the pair agrees (``agree``); else None."""
         row = self._row(npu, bench)
-        if row is None or not (self._worst[row] <= tol.rel_err if dtype in FLOAT_EPS
-                               else self._exact[row]):
+        if row is None or not self._agrees(row, dtype, tol):
             return None
         return cast(list[float], self._metrics[row].tolist())
 
@@ -73,8 +72,11 @@ class StatsTable:
         """``judge_stats(self.metrics(npu, bench), dtype, tol).ok`` for a finite row, without
         making the metrics; None where the table has no finite row for the pair."""
         row = self._row(npu, bench)
-        if row is None:
-            return None
+        return None if row is None else self._agrees(row, dtype, tol)
+
+    def _agrees(self, row: int, dtype: str, tol: Tolerance) -> bool:
+        """judge_stats' verdict on a finite row: within ``tol`` (Norm and the Max/Min/Mean
+        range), or for an integer or bool dtype, Max and Min equal."""
         if dtype not in FLOAT_EPS:
             return self._exact[row]
         return self._worst[row] <= tol.rel_err

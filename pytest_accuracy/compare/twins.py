@@ -20,8 +20,6 @@ def identical_steps(
     """(step, rank) of every dump whose nodes all match the bench's exactly; only dumps that
     a later step of their rank follows are judged (no later step can be held to one)."""
     pairs = list(pairs)
-    if len({dump.step for dump in {id(d): d for d, _, _ in pairs}.values()}) < 2:
-        return set()  # one step: no later step can be held to it
     last: dict[int, int] = {}
     for dump, _, _ in pairs:
         last[dump.rank] = max(last.get(dump.rank, dump.step), dump.step)

@@ -31,7 +31,6 @@ _TENSOR_VALUES = attrgetter(*TENSOR_COLUMNS)
 _STATS_VALUES = attrgetter(*STATS_COLUMNS)
 # the statistics columns msprobe writes in percent: its relative errors
 _PERCENT = tuple(i for i, k in enumerate(STATS_COLUMNS) if k.endswith("relative_err"))
-_RECORDED = attrgetter("max", "min", "mean", "norm")
 _UNRECORDED = (None, None, None, None)
 _FRONT = ("Step", "Rank", "NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype",
           "NPU Tensor Shape", "Bench Tensor Shape", "Effective Dtype")
@@ -93,7 +92,6 @@ def plain_record(plain: PlainPass, *, rows: bool = True) -> dict[str, Any]:
     (tests/test_plain_pass.py compares the two on every node): its first output is its worst,
     and nothing failed, was found or waived."""
     first = plain.outputs[0]
-    m = first.metrics
     return {
         "npu_name": plain.npu.name,
         "bench_name": plain.bench.name,
@@ -115,10 +113,9 @@ def plain_record(plain: PlainPass, *, rows: bool = True) -> dict[str, Any]:
         "tolerance": vars(plain.tolerance),
         "twin_step": plain.twin_step,
         "rows": _plain_rows(plain) if rows else [],
-        # STATS_COLUMNS, from a finite row: finite or inf, never NaN (None in _nums)
-        "max_diff": m[0], "min_diff": m[1], "mean_diff": m[2], "l2norm_diff": m[3],
-        "max_relative_err": m[4], "min_relative_err": m[5], "mean_relative_err": m[6],
-        "norm_relative_err": m[7],
+        # a finite row's metrics (finite or inf, never NaN: no None to make), in the order of
+        # STATS_COLUMNS, which zip stops at before range_rel_err
+        **dict(zip(STATS_COLUMNS, first.metrics)),  # noqa: B905
         "parent": plain.npu.parent,
     }
 
@@ -192,8 +189,8 @@ def _tensor_row(result: NodeResult, t: TensorComparison, stack: str | None) -> l
         npu.raw_dtype, bench.raw_dtype if bench else None,
         list(npu.shape), list(bench.shape) if bench else None, t.dtype,
         *metrics,
-        *(_RECORDED(npu_stats) if npu_stats else _UNRECORDED),
-        *(_RECORDED(bench_stats) if bench_stats else _UNRECORDED),
+        *(npu_stats if npu_stats else _UNRECORDED),  # Stats: (max, min, mean, norm)
+        *(bench_stats if bench_stats else _UNRECORDED),
         "pass" if t.ok else "fail", t.judgement.detail, stack,
     ]
 
