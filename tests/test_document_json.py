@@ -32,12 +32,12 @@ def test_records_kept_in_process_are_exactly_what_json_gives_back() -> None:
     """In process a record skips the JSON round trip only when the trip would not change it."""
     import numpy as np
 
-    from pytest_accuracy.suite.summary import _json_native
+    from pytest_accuracy.report.records import json_native
 
     native = {"a": [1, 2.5, None, True, "x", {"b": [], "c": {"d": -3}}]}
-    assert _json_native(native) and json.loads(json.dumps(native)) == native
+    assert json_native(native) and json.loads(json.dumps(native)) == native
     for changed in ({"a": (1, 2)}, {1: "x"}, {"a": np.float32(0.5)}, {"a": [{"b": np.int64(3)}]},
                     {"a": {"b": {1, 2}}}):
-        assert not _json_native(changed)
+        assert not json_native(changed)
         with contextlib.suppress(TypeError):  # not even JSON: it would travel as text
             assert json.loads(json.dumps(changed, default=str)) != changed

@@ -353,8 +353,24 @@ def test_real_dumps_read_alike_with_orjson_and_json() -> None:
     taken = 0
     for file in files:
         raw = file.read_bytes()
-        fast = jsonfile._fast_loads(raw, raw.translate(jsonfile._DIGITS))
+        fast = jsonfile._fast_loads(raw)
         if fast is not None:
             taken += 1
             assert repr(fast) == repr(json.loads(raw)), file
     assert taken > 10  # the fast path is what reads them
+
+
+@pytest.mark.parametrize("extra", ["", ', "nan": NaN'], ids=["orjson", "json"])
+@pytest.mark.parametrize("name", ["Torch.rsqrt.0.forward", "Module.l\u00e4yer.Linear.forward.3"])
+def test_a_node_written_twice_is_named_on_either_parse_path(
+    tmp_path: Path, extra: str, name: str
+) -> None:
+    """The duplicate check scans the file's bytes on both paths (orjson's, and json's for
+    NaN literals), and names the node as written, non-ASCII letters included."""
+    path = tmp_path / "dump.json"
+    path.write_text(f'{{"data": {{"{name}": {{}}, "{name}": {{}}}}{extra}}}', encoding="utf-8")
+    with pytest.raises(AccuracyInputError) as error:
+        read_json(path, unique_nodes=True)
+    assert error.value.problem.startswith(f"node '{name}' is written twice in 'data'")
+    path.write_text(f'{{"data": {{"{name}": {{}}, "other.0.forward": {{}}}}{extra}}}')
+    assert list(read_json(path, unique_nodes=True)["data"]) == [name, "other.0.forward"]

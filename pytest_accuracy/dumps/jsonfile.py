@@ -41,19 +41,21 @@ def parse_json(path: Path, raw: bytes, *, unique_nodes: bool = False) -> Any:
     """``raw``, the text of ``path``, parsed (``read_json``'s errors and limits)."""
     digits = raw.translate(_DIGITS)
     long_numbers = digits.find(b"0" * (limit("json_number_chars") + 1)) >= 0
-    doc = _fast_loads(raw, digits) if not long_numbers else None
-    del digits
+    wide_integer = digits.find(_WIDE_INTEGER) >= 0
+    del digits  # 46 MB on a 100k-node dump.json: gone before the tree is built
+    doc = _fast_loads(raw) if not (long_numbers or wide_integer) else None
+    if doc is not None:  # orjson checked the UTF-8 itself: no decoded copy of the text
+        if unique_nodes:
+            _check_unique_nodes(raw, doc, path)
+        return doc
     try:
-        text = raw.decode("utf-8")
-        del raw  # 46 MB on a 100k-node dump.json: not kept alive beside the parsed tree (the
-        # caller's reference went with the call: read_json passes it along)
+        text = raw.decode("utf-8")  # the slow path (NaN literals, long numbers, bad text)
     except UnicodeDecodeError as exc:
         raise AccuracyInputError(path, "not UTF-8 text; is this really a JSON file?") from exc
     try:
-        if doc is None:
-            doc = _loads(text, path, long_numbers)
+        doc = _loads(text, path, long_numbers)
         if unique_nodes:
-            _check_unique_nodes(text, doc, path)
+            _check_unique_nodes(raw, doc, path)
         return doc
     except RecursionError:
         raise AccuracyInputError(path, "JSON nests too deep to read") from None
@@ -64,12 +66,12 @@ def parse_json(path: Path, raw: bytes, *, unique_nodes: bool = False) -> Any:
         ) from exc
 
 
-def _fast_loads(raw: bytes, digits: bytes) -> Any:
+def _fast_loads(raw: bytes) -> Any:
     """orjson's parse (2.5x json's on a dump.json) where it gives what json.loads gives; None
-    where it cannot: NaN/Infinity literals (msprobe's own json.dump writes them), an integer
-    of 19 digits or more (orjson makes one past 64 bits a float), invalid text (json.loads
-    then names the error)."""
-    if _orjson is None or b"NaN" in raw or b"Infinity" in raw or digits.find(_WIDE_INTEGER) >= 0:
+    where it cannot: NaN/Infinity literals (msprobe's own json.dump writes them), invalid
+    text (json.loads then names the error). The caller has ruled out integers of 19 digits
+    or more (orjson makes one past 64 bits a float)."""
+    if _orjson is None or b"NaN" in raw or b"Infinity" in raw:
         return None
     try:
         return _orjson.loads(raw)
@@ -78,13 +80,13 @@ def _fast_loads(raw: bytes, digits: bytes) -> Any:
 
 
 # A node name as a key: "Tensor.__add__.0.forward": {  (a data_name value ends in .pt/.npy)
-_NODE_KEY = re.compile(r'"([^"\\]{1,4096}\.(?:forward|backward|parameters_grad)(?:\.\d+)?)"\s*:')
+_NODE_KEY = re.compile(rb'"([^"\\]{1,4096}\.(?:forward|backward|parameters_grad)(?:\.\d+)?)"\s*:')
 
 
-_NODE_END = (re.compile(r'ward(?:\.\d+)?"\s*:'), re.compile(r'parameters_grad(?:\.\d+)?"\s*:'))
+_NODE_END = (re.compile(rb'ward(?:\.\d+)?"\s*:'), re.compile(rb'parameters_grad(?:\.\d+)?"\s*:'))
 
 
-def _check_unique_nodes(text: str, doc: Any, path: Path) -> None:
+def _check_unique_nodes(text: bytes, doc: Any, path: Path) -> None:
     """json.loads keeps the last of two equal keys: a node written twice would be compared
     on whichever came last. Counting node-name keys in the text (one C scan) tells."""
     data = doc.get("data") if isinstance(doc, dict) else None
@@ -95,10 +97,11 @@ def _check_unique_nodes(text: str, doc: Any, path: Path) -> None:
     if sum(len(p.findall(text)) for p in _NODE_END) <= len(data):
         return
     names = _NODE_KEY.findall(text)
-    seen: set[str] = set()
+    seen: set[bytes] = set()
     for name in names:
         if name in seen:
-            raise AccuracyInputError(path, f"node {brief(name)} is written twice in 'data' "
+            shown = name.decode("utf-8", "replace")
+            raise AccuracyInputError(path, f"node {brief(shown)} is written twice in 'data' "
                                      "(JSON keeps the last one silently); the dump is corrupt")
         seen.add(name)
 

@@ -242,3 +242,30 @@ def node_status(node: dict[str, Any], first: dict[str, Any] | None = None) -> tu
 def _finding(node: dict[str, Any]) -> str:
     findings = node.get("findings") or []
     return str(findings[0].get("detail", "")) if findings else ""
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def json_native(value: Any) -> bool:
+    """Whether ``value`` is exactly what ``json.loads(json.dumps(value))`` would give back."""
+    if type(value) in _SCALARS:
+        return True
+    pending = [value]
+    scalars = _SCALARS
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind is dict:
+            for key in item:
+                if type(key) is not str:
+                    return False
+            members = item.values()
+        elif kind is list:
+            members = item
+        else:  # a tuple, a numpy number, an object: JSON would give back something else
+            return False
+        for member in members:  # scalars checked here, not pushed (most of a record)
+            if type(member) not in scalars:
+                pending.append(member)
+    return True

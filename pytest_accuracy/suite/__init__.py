@@ -11,6 +11,9 @@ from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.text import escape_controls
 
 RECORD_KEY = pytest.StashKey[dict[str, Any]]()
+# True: the item's record is what json.loads(json.dumps(record)) gives back, by construction
+# or checked (report.records.json_native), so it need not be checked again
+NATIVE_KEY = pytest.StashKey[bool]()
 
 
 class AccuracyError(Exception):

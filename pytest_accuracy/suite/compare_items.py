@@ -193,8 +193,7 @@ class CoverageItem(AccuracyItem):
                 f"Nothing comparable matched: 0 of {total} NPU nodes found a bench counterpart.",
                 f"NPU {cmp.npu.framework} dump {cmp.npu.root}, bench {cmp.bench.framework} "
                 f"dump {cmp.bench.root}."])
-        comparable = sum(_has_common_output(cmp, i) for i in range(total))
-        if comparable == 0:
+        if not any(_has_common_output(cmp, i) for i in range(total)):  # stops at the first
             raise AccuracyError([
                 f"Nothing was compared: none of the {matched} matched NPU nodes has a tensor "
                 "output that the bench also recorded, so no accuracy was checked.",

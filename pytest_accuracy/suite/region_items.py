@@ -11,8 +11,15 @@ from pytest_accuracy.compare import Comparison, NodeResult
 from pytest_accuracy.compare.divergence import FirstDivergence
 from pytest_accuracy.compare.plain import PlainPass
 from pytest_accuracy.compare.regions import Region, regions
+from pytest_accuracy.report.records import json_native
 from pytest_accuracy.settings import setting
-from pytest_accuracy.suite import RECORD_KEY, AccuracyError, AccuracyGroup, AccuracyItem
+from pytest_accuracy.suite import (
+    NATIVE_KEY,
+    RECORD_KEY,
+    AccuracyError,
+    AccuracyGroup,
+    AccuracyItem,
+)
 from pytest_accuracy.suite.state import STATE_KEY
 from pytest_accuracy.text import escape_controls
 
@@ -52,6 +59,10 @@ class RegionItem(AccuracyItem):
         lead = failing[0][0] if failing else judged[0][0]
         self.stash[RECORD_KEY] = {"region": self.region.name, "region_nodes": records,
                                   "step": lead.step, "rank": lead.rank, "order": lead.index}
+        # a plain pass's record without rows is JSON-native as built (tests/test_plain_pass.py
+        # checks): the rest are checked here, not the whole region again at the report
+        self.stash[NATIVE_KEY] = all((type(result) is PlainPass and not rows)
+                                     or json_native(record) for result, _, record in judged)
         _outcome(self.region, [result for result, _, _ in judged], failing)
 
 

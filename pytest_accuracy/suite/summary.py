@@ -17,7 +17,8 @@ from pytest_accuracy.report.document import (
     write_html,
     write_json,
 )
-from pytest_accuracy.suite import RECORD_KEY
+from pytest_accuracy.report.records import json_native
+from pytest_accuracy.suite import NATIVE_KEY, RECORD_KEY
 from pytest_accuracy.suite.state import STATE_KEY
 from pytest_accuracy.text import escape_controls
 
@@ -66,7 +67,9 @@ class AccuracyResults:
         else:
             record = None
         if record is not None:
-            if self.worker or not _json_native(record):
+            # a region item of plain passes vouches for its record (report.records.json_native)
+            native = item.stash.get(NATIVE_KEY, None)
+            if self.worker or not (native if native is not None else json_native(record)):
                 # user_properties travel from xdist workers to the controller, as JSON text
                 report.user_properties.append(("accuracy", json.dumps(record, default=str)))
             else:  # in process: what JSON would give back, without the round trip's copy
@@ -262,15 +265,16 @@ def settle_nodes(nodes: list[dict[str, Any]], first: dict[str, Any] | None) -> N
     """Where all records meet: mark the first divergence, and name for each carried node the
     latest node before it that made an error of its own (workers only knew their share); a
     node that carries a divergence waived as known is waived with it."""
+    ordered = sorted(nodes, key=_order)  # a carrier's own carriers come after it
     waived = {n["npu_name"]: n["npu_name"] for n in nodes if n["status"] == "waived"}
-    for node in sorted(nodes, key=_order):  # a carrier's own carriers come after it
+    for node in ordered if waived else ():
         source = str(node.get("carried_from") or "").split(" (step ")[0]
         if node["status"] == "carried" and source in waived:
             waived[node["npu_name"]] = waived[source]
             node["status"] = "waived"
             node["reason"] = f"carries {waived[source]}, waived as a known divergence"
     latest: str | None = None
-    for node in sorted(nodes, key=_order):
+    for node in ordered:
         own = node["status"] == "fail" and node.get("first_divergence")
         if first is not None:
             node["first_divergence"] = bool(own) and (node["step"], node["rank"],
@@ -335,33 +339,6 @@ def _first_sentence(first: dict[str, Any]) -> str:
 def record_of(value: Any) -> dict[str, Any]:
     """An item's record from its report: the dict itself in process, JSON text from a worker."""
     return value if isinstance(value, dict) else dict(json.loads(str(value)))
-
-
-_SCALARS = frozenset({str, int, float, bool, type(None)})
-
-
-def _json_native(value: Any) -> bool:
-    """Whether ``value`` is exactly what ``json.loads(json.dumps(value))`` would give back."""
-    if type(value) in _SCALARS:
-        return True
-    pending = [value]
-    scalars = _SCALARS
-    while pending:
-        item = pending.pop()
-        kind = type(item)
-        if kind is dict:
-            for key in item:
-                if type(key) is not str:
-                    return False
-            members = item.values()
-        elif kind is list:
-            members = item
-        else:  # a tuple, a numpy number, an object: JSON would give back something else
-            return False
-        for member in members:  # scalars checked here, not pushed (most of a record)
-            if type(member) not in scalars:
-                pending.append(member)
-    return True
 
 
 def _sort_failures(config: pytest.Config) -> None:
