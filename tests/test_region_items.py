@@ -136,3 +136,31 @@ def test_regions_under_xdist_write_the_serial_document(pytester: pytest.Pytester
     assert len(serial["compare"]["nodes"]) == NODE_ITEMS_UP_TO + 100
     assert serial["compare"]["first_divergence"]["npu_name"]
     assert parallel == serial
+
+
+@pytest.mark.parametrize("items", ["node", "region"])
+@pytest.mark.parametrize("pair", [("pt_bug", "pt_fp32"), ("ms_fp32", "pt_fp32")])
+def test_a_gate_writing_nothing_gives_the_verdict_of_a_run_writing_the_document(
+    pytester: pytest.Pytester, items: str, pair: tuple[str, str]
+) -> None:
+    """Without --acc-json, --acc-report or a Markdown summary a plain pass keeps only what
+    the verdict reads (records.verdict_record): the terminal's accuracy section, the
+    outcomes and the exit code are those of the run that writes every field."""
+    npu, bench = (dump(side, "mix_statistics") for side in pair)
+    args = (f"--acc-npu={npu}", f"--acc-bench={bench}", f"--acc-items={items}", "-rA")
+    gate = run(pytester, *args)
+    full = run(pytester, *args, f"--acc-json={pytester.path / 'acc.json'}")
+    assert gate.ret == full.ret
+    assert gate.parseoutcomes() == full.parseoutcomes()
+
+    def section(result: pytest.RunResult) -> list[str]:
+        lines = result.outlines
+        start = next(i for i, line in enumerate(lines) if "= accuracy =" in line)
+        return lines[start:-1]  # up to pytest's closing line (its time differs)
+
+    assert section(gate) == section(full)
+    # the passing pair's count of passes and the failing pair's first divergence
+    assert any(line.startswith(("No divergence: all ", "First divergence: "))
+               for line in section(gate))
+    nodes = json.loads((pytester.path / "acc.json").read_text())["compare"]["nodes"]
+    assert sum(n["status"] == "pass" for n in nodes) > 20  # plain passes among them

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -16,7 +16,7 @@ from pytest_accuracy.compare.divergence import (
     find_first_nonfinite,
 )
 from pytest_accuracy.compare.plain import PlainPass, plain_pass
-from pytest_accuracy.report.records import node_record, plain_record
+from pytest_accuracy.report.records import node_record, plain_record, verdict_record
 from pytest_accuracy.settings import setting, typed_setting
 from pytest_accuracy.suite import RECORD_KEY, AccuracyError, AccuracyGroup, AccuracyItem
 from pytest_accuracy.suite.messages import enclosing_line, mismatched_line, precision_hint
@@ -69,7 +69,7 @@ class CompareItem(AccuracyItem):
     def runtest(self) -> None:
         cmp = self.config.stash[STATE_KEY].comparison
         result, own, record = judge_node(cmp, self.index, self.stash.get(AHEAD_KEY, None),
-                                         rows=bool(setting(self.config, "report")))
+                                         detail=record_detail(self.config))
         self.stash[RECORD_KEY] = record
         if result.status in ("unmatched", "skip"):
             pytest.skip(escape_controls(f"{result.status}: {result.reason}"))
@@ -84,19 +84,34 @@ class CompareItem(AccuracyItem):
             raise AccuracyError(failure_lines(result, own))
 
 
+Detail = Literal["verdict", "record", "rows"]
+
+
+def record_detail(config: pytest.Config) -> Detail:
+    """What the node records must hold: the report's table rows (--acc-report), every field
+    of the JSON document (--acc-json, a Markdown summary), or, for a gate that writes
+    neither, what the verdict and the terminal summary read of a pass."""
+    from pytest_accuracy.suite.markdown_out import markdown_wanted
+
+    if setting(config, "report"):
+        return "rows"
+    return "record" if setting(config, "json") or markdown_wanted(config) else "verdict"
+
+
 def judge_node(cmp: Comparison, index: int, ahead: Sequence[int] | None, *,
-               rows: bool) -> tuple[NodeResult | PlainPass, FirstDivergence | None,
-                                    dict[str, Any]]:
+               detail: Detail) -> tuple[NodeResult | PlainPass, FirstDivergence | None,
+                                        dict[str, Any]]:
     """One node's result, its own error described when it fails, and its record."""
     plain = plain_pass(cmp, index)
     if plain is not None:  # certain from metadata: no result to build (compare/plain.py)
-        record = plain_record(plain, rows=rows)
+        record = (verdict_record(plain) if detail == "verdict"
+                  else plain_record(plain, rows=detail == "rows"))
         record["order"] = index
         return plain, None, record
     result = cmp.node(index, ahead=ahead)
     # Each failing node describes itself; the controller picks the earliest (xdist-safe).
     own = describe(cmp, cmp.with_inputs(index)) if result.status == "fail" else None
-    record = node_record(result, own, rows=rows)
+    record = node_record(result, own, rows=detail == "rows")
     record["order"] = index
     if own is not None:
         record["first"] = {**own.as_dict(), "index": own.index}

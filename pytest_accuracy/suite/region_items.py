@@ -12,7 +12,6 @@ from pytest_accuracy.compare.divergence import FirstDivergence
 from pytest_accuracy.compare.plain import PlainPass
 from pytest_accuracy.compare.regions import Region, regions
 from pytest_accuracy.report.records import json_native
-from pytest_accuracy.settings import setting
 from pytest_accuracy.suite import (
     NATIVE_KEY,
     RECORD_KEY,
@@ -43,14 +42,14 @@ class RegionItem(AccuracyItem):
         self.region = region
 
     def runtest(self) -> None:
-        from pytest_accuracy.suite.compare_items import judge_node
+        from pytest_accuracy.suite.compare_items import judge_node, record_detail
 
         cmp = self.config.stash[STATE_KEY].comparison
-        rows = bool(setting(self.config, "report"))
+        detail = record_detail(self.config)
         judged = []
         indices = self.region.indices
         for at, index in enumerate(indices):
-            judged.append(judge_node(cmp, index, indices[at + 1:at + 8], rows=rows))
+            judged.append(judge_node(cmp, index, indices[at + 1:at + 8], detail=detail))
         records = [record for _, _, record in judged]
         # a plain pass (compare/plain.py) never fails: failures are full results
         failing = [(result, own) for result, own, _ in judged
@@ -61,7 +60,7 @@ class RegionItem(AccuracyItem):
                                   "step": lead.step, "rank": lead.rank, "order": lead.index}
         # a plain pass's record without rows is JSON-native as built (tests/test_plain_pass.py
         # checks): the rest are checked here, not the whole region again at the report
-        self.stash[NATIVE_KEY] = all((type(result) is PlainPass and not rows)
+        self.stash[NATIVE_KEY] = all((type(result) is PlainPass and detail != "rows")
                                      or json_native(record) for result, _, record in judged)
         _outcome(self.region, [result for result, _, _ in judged], failing)
 
