@@ -299,8 +299,8 @@ def test_many_distinct_dtype_strings_are_read_and_not_all_cached(tmp_path: Path)
     assert len(msprobe._DTYPES) <= 256
 
 
-# JSON texts each parse path must read alike: orjson where it gives json's tree, json.loads
-# for the rest (NaN literals, wide integers, invalid text and its message)
+# JSON texts each parse path must read alike: msgspec where it gives json's tree, json.loads
+# for the rest (NaN literals, invalid text and its message)
 _SAME_TREE = [
     '{"a": [1.5, -0.0, 1E5, 0.000123456789012345678, 9223372036854775807, null, true]}',
     '{"Max": NaN, "Min": -Infinity, "Norm": Infinity}',
@@ -311,7 +311,7 @@ _SAME_TREE = [
 
 
 @pytest.mark.parametrize("text", _SAME_TREE, ids=range(len(_SAME_TREE)))
-def test_json_reads_the_same_tree_with_and_without_orjson(
+def test_json_reads_the_same_tree_with_and_without_msgspec(
     tmp_path: Path, text: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from pytest_accuracy.dumps import jsonfile
@@ -319,7 +319,7 @@ def test_json_reads_the_same_tree_with_and_without_orjson(
     path = tmp_path / "dump.json"
     path.write_text(text)
     fast = read_json(path)
-    monkeypatch.setattr(jsonfile, "_orjson", None)
+    monkeypatch.setattr(jsonfile, "_msgspec", None)
     slow = read_json(path)
     expected = json.loads(text)
     # repr: NaN != NaN, and an int read as a float would compare equal
@@ -328,7 +328,7 @@ def test_json_reads_the_same_tree_with_and_without_orjson(
 
 
 @pytest.mark.parametrize("text", ['{"a": [1, 2,]}', '{"a": 1', "\ufeff{}", '{"a": tru}'])
-def test_invalid_json_names_the_same_error_with_and_without_orjson(
+def test_invalid_json_names_the_same_error_with_and_without_msgspec(
     tmp_path: Path, text: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from pytest_accuracy.dumps import jsonfile
@@ -337,40 +337,53 @@ def test_invalid_json_names_the_same_error_with_and_without_orjson(
     path.write_text(text)
     with pytest.raises(AccuracyInputError) as fast:
         read_json(path)
-    monkeypatch.setattr(jsonfile, "_orjson", None)
+    monkeypatch.setattr(jsonfile, "_msgspec", None)
     with pytest.raises(AccuracyInputError) as slow:
         read_json(path)
     assert fast.value.problem == slow.value.problem
     assert fast.value.problem.startswith("not valid JSON")
 
 
-def test_real_dumps_read_alike_with_orjson_and_json() -> None:
-    """Every bundled real msprobe dump.json: orjson's tree is json.loads' tree, to the bit."""
+def test_real_dumps_read_alike_with_msgspec_and_json() -> None:
+    """Every bundled real msprobe dump.json: msgspec's tree is json.loads' tree, to the bit,
+    and so is the tree of the split read (records parsed one at a time, as read_dump does)."""
     from pytest_accuracy.dumps import jsonfile
 
     files = sorted((Path(__file__).parent / "data" / "real" / "msprobe").rglob("*.json"))
     assert len(files) > 10
-    taken = 0
+    taken = split = 0
     for file in files:
         raw = file.read_bytes()
+        expected = repr(json.loads(raw))
         fast = jsonfile._fast_loads(raw)
         if fast is not None:
             taken += 1
-            assert repr(fast) == repr(json.loads(raw)), file
-    assert taken > 10  # the fast path is what reads them
+            assert repr(fast) == expected, file
+        parts = jsonfile._split_records(raw)
+        if parts is not None and file.name == "dump.json":
+            split += 1
+            whole = json.loads(raw)
+            data = {k: jsonfile.node_record(v, file) for k, v in parts.pop("data").items()}
+            assert repr(data) == repr(whole.pop("data")), file
+            assert parts == {k: whole.get(k) for k in ("task", "level", "framework")}, file
+    assert taken > 10 and split > 5  # the fast paths are what read them
 
 
-@pytest.mark.parametrize("extra", ["", ', "nan": NaN'], ids=["orjson", "json"])
+@pytest.mark.parametrize("extra", ["", ', "nan": NaN'], ids=["msgspec", "json"])
 @pytest.mark.parametrize("name", ["Torch.rsqrt.0.forward", "Module.l\u00e4yer.Linear.forward.3"])
 def test_a_node_written_twice_is_named_on_either_parse_path(
     tmp_path: Path, extra: str, name: str
 ) -> None:
-    """The duplicate check scans the file's bytes on both paths (orjson's, and json's for
+    """The duplicate check scans the file's bytes on both paths (msgspec's, and json's for
     NaN literals), and names the node as written, non-ASCII letters included."""
+    from pytest_accuracy.dumps.jsonfile import read_dump_json
+
     path = tmp_path / "dump.json"
-    path.write_text(f'{{"data": {{"{name}": {{}}, "{name}": {{}}}}{extra}}}', encoding="utf-8")
-    with pytest.raises(AccuracyInputError) as error:
-        read_json(path, unique_nodes=True)
-    assert error.value.problem.startswith(f"node '{name}' is written twice in 'data'")
-    path.write_text(f'{{"data": {{"{name}": {{}}, "other.0.forward": {{}}}}{extra}}}')
-    assert list(read_json(path, unique_nodes=True)["data"]) == [name, "other.0.forward"]
+    for read in (lambda p: read_json(p, unique_nodes=True), read_dump_json):
+        path.write_text(f'{{"data": {{"{name}": {{}}, "{name}": {{}}}}{extra}}}',
+                        encoding="utf-8")
+        with pytest.raises(AccuracyInputError) as error:
+            read(path)
+        assert error.value.problem.startswith(f"node '{name}' is written twice in 'data'")
+        path.write_text(f'{{"data": {{"{name}": {{}}, "other.0.forward": {{}}}}{extra}}}')
+        assert list(read(path)["data"]) == [name, "other.0.forward"]

@@ -13,9 +13,20 @@ from pytest_accuracy.safe_io import open_regular
 from pytest_accuracy.text import brief
 
 try:
-    import orjson as _orjson
+    import msgspec as _msgspec
 except ImportError:  # a platform without its wheel: json alone, slower
-    _orjson = None  # type: ignore[assignment]
+    _msgspec = None  # type: ignore[assignment]
+else:
+    class _DumpTop(_msgspec.Struct):
+        """dump.json's top level, its node records kept as their text (``msgspec.Raw``)."""
+
+        data: dict[str, _msgspec.Raw] | None = None
+        task: Any = None
+        level: Any = None
+        framework: Any = None
+
+    _DUMP_TOP = _msgspec.json.Decoder(_DumpTop)
+
 
 def read_json(path: Path, *, unique_nodes: bool = False) -> Any:
     """Parse a JSON file, turning every failure into an error that names the file.
@@ -37,14 +48,62 @@ def read_bytes(path: Path) -> bytes:
         raise AccuracyInputError(path, f"cannot read file ({exc.strerror or exc})") from exc
 
 
+def read_dump_json(path: Path) -> Any:
+    """dump.json as ``read_json(path, unique_nodes=True)`` reads it, but where it can, each
+    node record under "data" is left as its text until ``node_record`` parses it: the whole
+    tree of a 100k-node file (~290 MB) is never alive at once, only one record's."""
+    raw = read_bytes(path)
+    split = _split_records(raw)
+    if split is None:  # NaN literals, long numbers, no "data" object, invalid text
+        return parse_json(path, raw, unique_nodes=True)
+    _check_unique_nodes(raw, split, path)
+    return split
+
+
+def node_record(value: Any, path: Path) -> Any:
+    """A value of ``read_dump_json``'s "data", parsed if it is still text."""
+    if _msgspec is None or type(value) is not _msgspec.Raw:
+        return value
+    try:
+        return _msgspec.json.decode(value)  # checked as JSON when the file was split
+    except (_msgspec.DecodeError, UnicodeDecodeError):  # json's reading: 1e400 is inf to it
+        try:
+            return json.loads(bytes(value).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise AccuracyInputError(path, f"not valid JSON ({exc})") from None
+        except RecursionError:
+            raise AccuracyInputError(path, "JSON nests too deep to read") from None
+    except RecursionError:
+        raise AccuracyInputError(path, "JSON nests too deep to read") from None
+
+
+def _split_records(raw: bytes) -> dict[str, Any] | None:
+    if _msgspec is None or _nan_literal(raw) or _long_number(raw):
+        return None
+    try:
+        top = _DUMP_TOP.decode(raw)  # every record's text checked, none of them parsed
+    except (_msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    if top.data is None:
+        return None
+    return {"task": top.task, "level": top.level, "framework": top.framework, "data": top.data}
+
+
+def _nan_literal(raw: bytes) -> bool:
+    """NaN or Infinity literals (msprobe's own json.dump writes them): json.loads reads them."""
+    return b"NaN" in raw or b"Infinity" in raw
+
+
+def _long_number(raw: bytes) -> bool:
+    """A number too long to convert within the limits (json.loads with hooks refuses it)."""
+    return raw.translate(_DIGITS).find(b"0" * (limit("json_number_chars") + 1)) >= 0
+
+
 def parse_json(path: Path, raw: bytes, *, unique_nodes: bool = False) -> Any:
     """``raw``, the text of ``path``, parsed (``read_json``'s errors and limits)."""
-    digits = raw.translate(_DIGITS)
-    long_numbers = digits.find(b"0" * (limit("json_number_chars") + 1)) >= 0
-    wide_integer = digits.find(_WIDE_INTEGER) >= 0
-    del digits  # 46 MB on a 100k-node dump.json: gone before the tree is built
-    doc = _fast_loads(raw) if not (long_numbers or wide_integer) else None
-    if doc is not None:  # orjson checked the UTF-8 itself: no decoded copy of the text
+    long_numbers = _long_number(raw)
+    doc = _fast_loads(raw) if not long_numbers else None
+    if doc is not None:  # msgspec checked the UTF-8 itself: no decoded copy of the text
         if unique_nodes:
             _check_unique_nodes(raw, doc, path)
         return doc
@@ -53,7 +112,7 @@ def parse_json(path: Path, raw: bytes, *, unique_nodes: bool = False) -> Any:
     except UnicodeDecodeError as exc:
         raise AccuracyInputError(path, "not UTF-8 text; is this really a JSON file?") from exc
     try:
-        doc = _loads(text, path, long_numbers)
+        doc = _loads(text, path, long_numbers=long_numbers)
         if unique_nodes:
             _check_unique_nodes(raw, doc, path)
         return doc
@@ -67,15 +126,15 @@ def parse_json(path: Path, raw: bytes, *, unique_nodes: bool = False) -> Any:
 
 
 def _fast_loads(raw: bytes) -> Any:
-    """orjson's parse (2.5x json's on a dump.json) where it gives what json.loads gives; None
-    where it cannot: NaN/Infinity literals (msprobe's own json.dump writes them), invalid
-    text (json.loads then names the error). The caller has ruled out integers of 19 digits
-    or more (orjson makes one past 64 bits a float)."""
-    if _orjson is None or b"NaN" in raw or b"Infinity" in raw:
+    """msgspec's parse (3.5x json's on a dump.json) where it gives what json.loads gives;
+    None where it cannot: NaN/Infinity literals, invalid text (json.loads then names the
+    error), nesting too deep (json.loads then fails alike). Integers of any length are read
+    exactly, as json.loads reads them; the caller has ruled out numbers past the limits."""
+    if _msgspec is None or _nan_literal(raw):
         return None
     try:
-        return _orjson.loads(raw)
-    except _orjson.JSONDecodeError:
+        return _msgspec.json.decode(raw)
+    except (_msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
 
 
@@ -106,16 +165,13 @@ def _check_unique_nodes(text: bytes, doc: Any, path: Path) -> None:
         seen.add(name)
 
 
-# every digit byte to "0", ".eE" to ".", every other to " ": a digit run becomes a run of
-# "0" that bytes.find (memmem) looks for (0.09 s on a 46 MB dump.json where a [0-9]{65}
-# search took 0.57), and an integer's digits follow a " ", a fraction's or exponent's a "."
-_DIGITS = bytes(48 if 48 <= b <= 57 else 46 if b in b".eE" else 32 for b in range(256))
-# 19 digits after a non-digit: an integer that may not fit 64 bits (or a float's integer
-# part: json.loads reads those, as it does every number)
-_WIDE_INTEGER = b" " + b"0" * 19
+# every digit byte to "0", every other to " ": a digit run becomes a run of "0" that
+# bytes.find (memmem) looks for (0.09 s on a 46 MB dump.json where a [0-9]{65} search took
+# 0.57)
+_DIGITS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))
 
 
-def _loads(text: str, path: Path, long_numbers: bool) -> Any:
+def _loads(text: str, path: Path, *, long_numbers: bool) -> Any:
     """json.loads at C speed; number hooks only when a long digit run is there at all.
 
     A hook per number costs the C parser several times its own time on a large dump.json,

@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from pytest_accuracy.dumps.framework import infer_framework
-from pytest_accuracy.dumps.jsonfile import parse_json, read_bytes, read_json
+from pytest_accuracy.dumps.jsonfile import (
+    node_record,
+    parse_json,
+    read_bytes,
+    read_dump_json,
+    read_json,
+)
 from pytest_accuracy.dumps.model import (
     Arg,
     Call,
@@ -41,14 +47,14 @@ _DIRECTIONS: dict[str, Direction] = {"forward": "forward", "backward": "backward
 
 def read_dump(dump_json: Path, *, step: int, rank: int, confine: Path | None = None) -> Dump:
     """Read one dump.json with the stack.json and construct.json beside it."""
-    doc = read_json(dump_json, unique_nodes=True)
+    doc = read_dump_json(dump_json)  # each record's text parsed as its Call is made
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), dict):
         raise AccuracyInputError(
             dump_json, "not an msprobe dump.json: no 'data' object at top level"
         )
     data: dict[str, Any] = doc["data"]
     data_root = dump_json.parent / "dump_tensor_data"
-    mode = _dump_mode(doc, data)
+    mode = _dump_mode(doc, data, dump_json)
     stacks = _read_stacks(dump_json.parent / "stack.json")
     parents = _read_construct(dump_json.parent / "construct.json")
     ctx = _Context(dump_json, data_root if mode == "tensor" else None, confine)
@@ -56,7 +62,7 @@ def read_dump(dump_json: Path, *, step: int, rank: int, confine: Path | None = N
     # each record's parsed tree is dropped once its Call is built: the whole tree and every
     # Call alive together were the peak memory of a big dump
     for order, name in enumerate(list(data)):
-        record = data.pop(name)
+        record = node_record(data.pop(name), dump_json)
         if not isinstance(record, dict):
             raise AccuracyInputError(dump_json, f"node {brief(name)}: record is not an object")
         try:
@@ -83,11 +89,12 @@ def read_dump(dump_json: Path, *, step: int, rank: int, confine: Path | None = N
     )
 
 
-def _dump_mode(doc: dict[str, Any], data: dict[str, Any]) -> DumpMode:
+def _dump_mode(doc: dict[str, Any], data: dict[str, Any], path: Path) -> DumpMode:
     if doc.get("task") == "tensor":
         return "tensor"
     # md5 is not a task of its own: statistics records that carry an "md5" key.
-    for record in data.values():
+    for value in data.values():
+        record = node_record(value, path)
         if '"md5"' in json.dumps(record):
             return "md5"
         if record:
