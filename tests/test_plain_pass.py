@@ -15,7 +15,12 @@ from pytest_accuracy.compare.criteria import CompareCriteria, Waiver
 from pytest_accuracy.compare.plain import plain_pass
 from pytest_accuracy.dumps.layout import load_dumps
 from pytest_accuracy.pairing.runs import pair_runs
-from pytest_accuracy.report.records import json_native, node_record, plain_record
+from pytest_accuracy.report.records import (
+    json_native,
+    node_record,
+    plain_record,
+    verdict_record,
+)
 from tests.helpers import dump
 
 ZOO = Path(__file__).parent / "data" / "zoo"
@@ -73,6 +78,7 @@ def test_plain_records_are_the_full_compare_records(tmp_path: Path, rows: bool) 
             ours, theirs = plain_record(plain, rows=rows), node_record(full, None, rows=rows)
             # region items vouch for these without a check (suite/region_items.py)
             assert rows or json_native(ours), full.npu.name
+            assert json_native(verdict_record(plain))  # a gate's record of the same pass
             # repr: the same keys in the same order, the same types (0 is not 0.0)
             assert repr(list(ours.items())) == repr(list(theirs.items())), full.npu.name
     assert plain_nodes > 200 and full_nodes > 50  # both lanes exercised
