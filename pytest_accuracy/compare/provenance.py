@@ -100,6 +100,9 @@ def build(
     changed: set[tuple[int, int]] = set()  # (step, rank) where an output dtype already differed
     seen: dict[tuple[str, str, tuple[str, ...]], int] = {}
     first_calls: dict[tuple[int, str], tuple[int, int]] = {}  # (rank, name) -> (step, node)
+    # a rank with one step has no earlier call of a name (the table: ~20 MB at 100k nodes)
+    ranks = [d.rank for d in {id(d): d for d, _ in entries}.values()]
+    several_steps = len(ranks) > len(set(ranks))
     rounding = criteria.held_to_rounding()  # after an identical step (one object: its memo)
     for i, (dump, call, bench) in enumerate(pairs):
         prov.matched.append(bench is not None)
@@ -125,9 +128,10 @@ def build(
                 call, bench, dtypes[i], node_criteria.with_waiver(None), prov.stats)
         )
         prov.flagged.append(flagged)
-        earlier = first_calls.setdefault((dump.rank, call.name), (dump.step, i))
-        if earlier[0] < dump.step:
-            prov.same_call_earlier[i] = earlier[1]
+        if several_steps:
+            earlier = first_calls.setdefault((dump.rank, call.name), (dump.step, i))
+            if earlier[0] < dump.step:
+                prov.same_call_earlier[i] = earlier[1]
         if flagged and first is None:
             first = i
         if bench is not None and _output_dtype_differs(call, bench):
