@@ -387,3 +387,19 @@ def test_a_node_written_twice_is_named_on_either_parse_path(
         assert error.value.problem.startswith(f"node '{name}' is written twice in 'data'")
         path.write_text(f'{{"data": {{"{name}": {{}}, "other.0.forward": {{}}}}{extra}}}')
         assert list(read(path)["data"]) == [name, "other.0.forward"]
+
+
+def test_a_split_record_is_read_as_json_reads_it(tmp_path: Path) -> None:
+    """read_dump_json's records, parsed one at a time: msgspec where it reads as json does,
+    json for the rest (1e400 is inf), and nesting past the parsers' depth an input error."""
+    import msgspec
+
+    from pytest_accuracy.dumps.jsonfile import node_record
+
+    path = tmp_path / "dump.json"
+    assert node_record(msgspec.Raw(b'{"Max": 1e400, "n": 123456789012345678901}'), path) == {
+        "Max": float("inf"), "n": 123456789012345678901}
+    assert node_record({"already": "parsed"}, path) == {"already": "parsed"}
+    with pytest.raises(AccuracyInputError) as error:
+        node_record(msgspec.Raw(b"[" * 100_000 + b"]" * 100_000), path)
+    assert error.value.problem == "JSON nests too deep to read"

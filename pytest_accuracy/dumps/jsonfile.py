@@ -65,14 +65,12 @@ def node_record(value: Any, path: Path) -> Any:
     if _msgspec is None or type(value) is not _msgspec.Raw:
         return value
     try:
-        return _msgspec.json.decode(value)  # checked as JSON when the file was split
-    except (_msgspec.DecodeError, UnicodeDecodeError):  # json's reading: 1e400 is inf to it
         try:
-            return json.loads(bytes(value).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise AccuracyInputError(path, f"not valid JSON ({exc})") from None
-        except RecursionError:
-            raise AccuracyInputError(path, "JSON nests too deep to read") from None
+            return _msgspec.json.decode(value)  # checked as JSON when the file was split
+        except (_msgspec.DecodeError, UnicodeDecodeError):
+            return json.loads(bytes(value).decode("utf-8"))  # what json reads: 1e400 is inf
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise AccuracyInputError(path, f"not valid JSON ({exc})") from None
     except RecursionError:
         raise AccuracyInputError(path, "JSON nests too deep to read") from None
 
