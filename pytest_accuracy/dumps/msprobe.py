@@ -59,8 +59,9 @@ def read_dump(dump_json: Path, *, step: int, rank: int, confine: Path | None = N
     parents = _read_construct(dump_json.parent / "construct.json")
     ctx = _Context(dump_json, data_root if mode == "tensor" else None, confine)
     calls = []
-    # each record's parsed tree is dropped once its Call is built: the whole tree and every
-    # Call alive together were the peak memory of a big dump
+    # each record is parsed here (read_dump_json leaves it as text where it can) and dropped
+    # once its Call is built: the whole tree and every Call alive together were the peak
+    # memory of a big dump
     for order, name in enumerate(list(data)):
         record = node_record(data.pop(name), dump_json)
         if not isinstance(record, dict):
