@@ -258,8 +258,8 @@ class Comparison:
             )
             return result
         if result.status == "pass" and not result.findings and not _all_data(call):
-            # a pass with no finding: diagnosis could only replay it (there is no tensor data
-            # to), and note why not: a note only a failure shows
+            # a pass with no finding and no tensor data to replay: diagnosis would only note
+            # that it cannot replay, a note that only a failure shows
             return result
         diagnose(result, self._context)
         return result

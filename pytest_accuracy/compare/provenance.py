@@ -100,9 +100,9 @@ def build(
     changed: set[tuple[int, int]] = set()  # (step, rank) where an output dtype already differed
     seen: dict[tuple[str, str, tuple[str, ...]], int] = {}
     first_calls: dict[tuple[int, str], tuple[int, int]] = {}  # (rank, name) -> (step, node)
+    dumps = {id(d): d for d, _ in entries}.values()  # each dump once, not each node
     # a rank with one step has no earlier call of a name (the table: ~20 MB at 100k nodes)
-    ranks = [d.rank for d in {id(d): d for d, _ in entries}.values()]
-    several_steps = len(ranks) > len(set(ranks))
+    several_steps = len(dumps) > len({d.rank for d in dumps})
     rounding = criteria.held_to_rounding()  # after an identical step (one object: its memo)
     for i, (dump, call, bench) in enumerate(pairs):
         prov.matched.append(bench is not None)
@@ -137,7 +137,6 @@ def build(
         if bench is not None and _output_dtype_differs(call, bench):
             changed.add((dump.step, dump.rank))
     _index_containment(prov, entries)
-    dumps = {id(d): d for d, _ in entries}.values()  # each dump once, not each node
     cross = {(d.step, d.rank) for d in dumps if d.framework != bench_framework(d)}
     prov.made_inside = _MadeInside(prov, pairs, dtypes, held, cross)
     return prov
