@@ -23,13 +23,14 @@ _PAIRS = [("pt_bf16", "L1_tensor", "pt_fp32"), ("ms_fp32", "mix_statistics", "pt
 
 def _fresh(call: Call) -> Call:
     """The same call with nothing fixed: every property computed from inputs and outputs."""
-    return dataclasses.replace(call, fixed_tensors=None)
+    return dataclasses.replace(call, fixed_inputs=None, fixed_outputs=None,
+                               fixed_signature=None)
 
 
 @pytest.mark.parametrize(("npu", "config", "bench"), _PAIRS)
 def test_fixed_facts_are_the_computed_ones(npu: str, config: str, bench: str) -> None:
     calls = [c for d in load_dumps(dump(npu, config)) for c in d.calls]
-    assert all(c.fixed_tensors is not None for c in calls)
+    assert all(c.fixed_signature is not None for c in calls)
     for call in calls:
         fresh = _fresh(call)
         assert call.input_tensors == fresh.input_tensors
@@ -100,3 +101,22 @@ def test_stacks_are_read_with_the_dump_and_indexed_when_asked(copy_dump: object)
     (rank / "stack.json").write_text('{"0": [["a"], ["b"]]')  # truncated
     with pytest.raises(AccuracyInputError, match=r"stack\.json.*not valid JSON"):
         load_dumps(root)
+
+
+def test_a_stack_json_changed_after_the_dump_was_read_is_refused(copy_dump: object) -> None:
+    """The text is read again when a stack is first asked (not kept): a stack.json that
+    changed since the dump was read fails the ask, naming the file, rather than giving
+    another run's frames."""
+    from pytest_accuracy.errors import AccuracyInputError
+
+    root = copy_dump("pt_bug", "mix_statistics")  # type: ignore[operator]
+    rank = next((root / "step0").iterdir())
+    calls = next(d for d in load_dumps(root) if d.path.parent == rank).calls
+    named = next(c for c in calls if c.stacks is not None)
+    text = (rank / "stack.json").read_text()
+    (rank / "stack.json").write_text(text.replace(".py", ".pyx"))  # valid JSON, other frames
+    with pytest.raises(AccuracyInputError, match=r"stack\.json.*changed while the run"):
+        named.stack_frames()
+    (rank / "stack.json").write_text(text)  # as it was read: its frames
+    calls = next(d for d in load_dumps(root) if d.path.parent == rank).calls
+    assert any(c.stack_frames() for c in calls)

@@ -10,6 +10,7 @@ import numpy as np
 from pytest_accuracy.compare.criteria import Tolerance
 from pytest_accuracy.compare.metrics import StatsMetrics, stats_metrics
 from pytest_accuracy.dumps.model import FLOAT_EPS, TensorRecord
+from pytest_accuracy.dumps.stats import StatsColumns
 
 
 class StatsTable:
@@ -27,14 +28,13 @@ class StatsTable:
         self._rows = {id(npu): k for k, (npu, _) in enumerate(pairs)}
         # the bench record each row was made for: a lookup with another one is not this row
         self._bench = [bench for _, bench in pairs]
-        stats = [(*n.stats, *b.stats) for n, b in pairs]
-        values = np.array(stats, dtype=np.float64).reshape(len(pairs), 8)
+        values = np.empty((len(pairs), 8), dtype=np.float64)
+        floats = _fill(values[:, :4], [n for n, _ in pairs])
+        floats &= _fill(values[:, 4:], self._bench)
         # None reads as NaN: such rows are not finite, nor are rows of ints (stats_metrics
         # computes those in exact integer arithmetic; the readers make every statistic a float)
-        self._finite: list[bool] = cast(list[bool], np.isfinite(values).all(axis=1).tolist())
-        if not {type(v) for row in stats for v in row} <= {float, type(None)}:
-            self._finite = [f and all(type(v) is float for v in row)
-                            for f, row in zip(self._finite, stats, strict=True)]
+        self._finite: list[bool] = cast(list[bool], (np.isfinite(values).all(axis=1)
+                                                     & floats).tolist())
         self._metrics = _finite_metrics(values[:, :4], values[:, 4:])
         # what judging a row needs, as Python floats and bools (one element read apiece)
         rel_norm, range_rel = self._metrics[:, 7], self._metrics[:, 8]
@@ -80,6 +80,27 @@ class StatsTable:
         if dtype not in FLOAT_EPS:
             return self._exact[row]
         return self._worst[row] <= tol.rel_err
+
+
+def _fill(out: np.ndarray, records: Sequence[TensorRecord]) -> np.ndarray:
+    """Each record's (Max, Min, Mean, Norm) into its row of ``out``, NaN where not recorded,
+    gathered from its dump's columns where it keeps them there; whether the row's statistics
+    are all floats (or None)."""
+    floats = np.ones(len(records), dtype=bool)
+    columns: dict[int, tuple[StatsColumns, list[int], list[int]]] = {}
+    for k, record in enumerate(records):
+        at = record.stats_row
+        if at is not None:
+            group = columns.setdefault(id(at[0]), (at[0], [], []))
+            group[1].append(k)
+            group[2].append(at[1])
+            continue
+        stats = record.stats
+        out[k] = np.array(stats, dtype=np.float64)
+        floats[k] = all(type(v) is float or v is None for v in stats)
+    for cols, ks, rows in columns.values():
+        out[ks] = cols.array()[rows]
+    return floats
 
 
 def _finite_metrics(npu: np.ndarray, bench: np.ndarray) -> np.ndarray:

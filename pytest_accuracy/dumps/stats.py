@@ -1,0 +1,68 @@
+"""A tensor's recorded statistics, alone (``Stats``) or a whole dump's as columns."""
+
+from __future__ import annotations
+
+import math
+from array import array
+from typing import NamedTuple
+
+import numpy as np
+
+
+class Stats(NamedTuple):
+    """The four statistics msprobe records per tensor (None where it records null).
+
+    A tuple: 0.14 us to make from the reader's values where a frozen dataclass took 0.9."""
+
+    max: float | None = None
+    min: float | None = None
+    mean: float | None = None
+    norm: float | None = None
+
+    def values(self) -> tuple[float, float, float, float]:
+        """(Norm, Max, Min, Mean), NaN where not recorded: the order statistics are compared in."""
+        def value(v: float | None) -> float:
+            return math.nan if v is None else float(v)
+
+        return value(self.norm), value(self.max), value(self.min), value(self.mean)
+
+
+_new_stats = tuple.__new__  # Stats from an iterable without NamedTuple's keyword __new__
+_NOT_RECORDED = (math.nan,) * 4
+
+
+class StatsColumns:
+    """Every statistic of one dump's tensor records, four float64 a row in one array.
+
+    A 100k-node statistics dump has 300k records: as a ``Stats`` tuple of four float objects
+    each, 55 MB; here 10 MB. A record keeps its row and makes its ``Stats`` when asked. Rows
+    with a statistic not recorded (None) keep their tuple (``_odd``), and read NaN in
+    ``array()``.
+    """
+
+    __slots__ = ("_odd", "_values")
+
+    def __init__(self) -> None:
+        self._values = array("d")
+        self._odd: dict[int, Stats] = {}
+
+    def add(self, stats: tuple[float | None, float | None, float | None, float | None]) -> int:
+        """Append one record's (Max, Min, Mean, Norm), floats or None; its row."""
+        row = len(self._values) >> 2
+        if None in stats:
+            self._values.extend(_NOT_RECORDED)
+            self._odd[row] = _new_stats(Stats, stats)
+        else:
+            self._values.extend(stats)  # type: ignore[arg-type]  # no None: checked above
+        return row
+
+    def get(self, row: int) -> Stats:
+        if self._odd:
+            odd = self._odd.get(row)
+            if odd is not None:
+                return odd
+        return _new_stats(Stats, self._values[row * 4 : row * 4 + 4])
+
+    def array(self) -> np.ndarray:
+        """The rows as a (rows, 4) float64 view: Max, Min, Mean, Norm; NaN where not recorded."""
+        return np.frombuffer(self._values, dtype=np.float64).reshape(-1, 4)
