@@ -120,3 +120,31 @@ def test_a_stack_json_changed_after_the_dump_was_read_is_refused(copy_dump: obje
     (rank / "stack.json").write_text(text)  # as it was read: its frames
     calls = next(d for d in load_dumps(root) if d.path.parent == rank).calls
     assert any(c.stack_frames() for c in calls)
+
+
+@pytest.mark.parametrize(("npu", "config", "bench"), [*_PAIRS, ("pt_bug", "L0_tensor", "pt_fp32")])
+def test_what_the_reader_shares_stays_shared_and_unchanged(
+        npu: str, config: str, bench: str) -> None:
+    """The reader shares one empty list among calls without arguments or parameters, one
+    source (statistics columns, files) among a dump's records, one tuple per shape; a whole
+    compare with its diagnosis changes none of them, and no call sees another's arguments."""
+    from pytest_accuracy.compare import provenance
+    from pytest_accuracy.dumps import msprobe
+
+    cmp = _comparison(npu, config, bench)
+    for result in cmp.results():
+        if result.status == "fail":
+            cmp.with_inputs(result.index)
+    assert msprobe._NONE_GIVEN == [] and provenance._NO_FINDINGS == []
+    for d in cmp.npu:
+        records = [r for c in d.calls for r in (*c.inputs, *c.parameters, *c.outputs)
+                   if hasattr(r, "stats_row")]
+        assert len({id(r._source) for r in records}) == 1  # type: ignore[attr-defined]
+        assert all((r.data_root is not None) == (r.data_name is not None) for r in records)
+        grads = [c for c in d.calls if c.kind == "params_grad"]
+        assert len({id(c.outputs) for c in grads}) == len(grads)
+        assert all(r.path.startswith("grad.") for c in grads for r in c.outputs)
+        empty = [c.parameters for c in d.calls if not c.parameters]
+        assert empty and all(p is msprobe._NONE_GIVEN for p in empty)
+        shapes: dict[tuple[int, ...], int] = {}
+        assert all(shapes.setdefault(r.shape, id(r.shape)) == id(r.shape) for r in records)

@@ -105,7 +105,7 @@ def _column_pairs(count: int, seed: int) -> list[tuple[TensorRecord, TensorRecor
         if rng.random() < 0.1:
             return TensorRecord("output.0", "output", "float32", "float32", (4,), Stats(*row))
         return TensorRecord("output.0", "output", "float32", "float32", (4,), columns,
-                            row=columns.add(row))  # type: ignore[arg-type]
+                            row=columns.add(row))
 
     pairs = []
     for _ in range(count):

@@ -7,7 +7,7 @@ decides each of its nodes the same way as a serial run would.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from pytest_accuracy.compare.criteria import CompareCriteria
@@ -116,7 +116,7 @@ def build(
             dump.framework == bench_framework(dump), dtypes[i], node_criteria,
             (dump.step, dump.rank) in changed,
         )
-        prov.findings.append(found)
+        prov.findings.append(found or _NO_FINDINGS)
         if found:
             # the same change at the same kind of call (each bf16 Linear of an autocast run,
             # each step's call of a mis-configured norm) is one cause, failed once
@@ -138,8 +138,28 @@ def build(
             changed.add((dump.step, dump.rank))
     _index_containment(prov, entries)
     cross = {(d.step, d.rank) for d in dumps if d.framework != bench_framework(d)}
-    prov.made_inside = _MadeInside(prov, pairs, dtypes, held, cross)
+    prov.made_inside = _MadeInside(prov, _Triples(entries, bench_call), dtypes, held, cross)
     return prov
+
+
+# the findings of a node without any: one list for them all (never changed; 5 MB at 100k)
+_NO_FINDINGS: list[Finding] = []
+
+
+class _Triples:
+    """(dump, call, bench call) of each node, made when asked: the scan's list of them is
+    7 MB at 100k nodes, and only a failing run's diagnosis reads them again."""
+
+    def __init__(self, entries: list[tuple[Dump, Call]],
+                 bench_call: Callable[[int], Call | None]) -> None:
+        self._entries, self._bench_call = entries, bench_call
+
+    def __getitem__(self, index: int) -> tuple[Dump, Call, Call | None]:
+        dump, call = self._entries[index]
+        return dump, call, self._bench_call(index)
+
+    def __iter__(self) -> Iterator[tuple[Dump, Call, Call | None]]:
+        return (self[i] for i in range(len(self._entries)))
 
 
 def _output_pairs(
@@ -281,7 +301,7 @@ class _MadeInside:
     already fixed): a run where nothing fails never asks.
     """
 
-    def __init__(self, prov: Provenance, pairs: list[tuple[Dump, Call, Call | None]],
+    def __init__(self, prov: Provenance, pairs: _Triples,
                  dtypes: list[str], held: list[CompareCriteria],
                  cross: set[tuple[int, int]]) -> None:
         self.prov, self.pairs, self.dtypes, self.held, self.cross = prov, pairs, dtypes, held, cross
@@ -331,7 +351,7 @@ class _MadeInside:
         return None
 
 
-def _unrecorded_source(prov: Provenance, pairs: list[tuple[Dump, Call, Call | None]],
+def _unrecorded_source(prov: Provenance, pairs: _Triples,
                        index: int, record: TensorRecord, dtype: str,
                        criteria: CompareCriteria) -> bool:
     """Unrecorded code made this input: no recorded node produced it; or, for a module, one

@@ -68,28 +68,30 @@ _RECORD_FIELDS = ("path", "role", "dtype", "raw_dtype", "shape", "stats", "requi
                   "data_root", "data_name", "dump_json", "confine")
 
 
+class RecordSource:
+    """Where a tensor record's statistics are and the files it comes from: one for every
+    record a reader makes from one dump.json (its ``StatsColumns``), or a record's own."""
+
+    __slots__ = ("confine", "data_root", "dump_json", "stats")
+
+    def __init__(self, stats: Stats | StatsColumns, data_root: Path | None = None,
+                 dump_json: Path | None = None, confine: Path | None = None) -> None:
+        self.stats = stats
+        self.data_root = data_root  # the directory every data file must stay inside
+        self.dump_json = dump_json  # the dump.json the records came from, for messages
+        self.confine = confine  # the dump directory named: data_root must resolve in it
+
+
 class TensorRecord:
     """One tensor argument, output, parameter or gradient of a call; data loads lazily.
 
-    A plain class, not a dataclass: ``stats`` is the record's own ``Stats``, or the dump's
-    ``StatsColumns`` and ``row`` the record's row there (a 100k-node dump holds 300k records
-    a side; __slots__: no per-object __dict__)."""
+    A plain class, not a dataclass: a reader passes its dump's ``RecordSource`` as ``stats``
+    and the record's ``row`` in the source's ``StatsColumns``; the statistics and the file
+    paths are then the source's, not four float objects and three paths a record (a 100k-node
+    dump holds 300k records a side; __slots__: no per-object __dict__)."""
 
-    __slots__ = (
-        "_row",
-        "_stats",
-        "confine",
-        "data_name",
-        "data_root",
-        "dtype",
-        "dump_json",
-        "md5",
-        "path",
-        "raw_dtype",
-        "requires_grad",
-        "role",
-        "shape",
-    )
+    __slots__ = ("_row", "_source", "data_name", "dtype", "md5", "path", "raw_dtype",
+                 "requires_grad", "role", "shape")
 
     def __init__(
         self,
@@ -98,31 +100,45 @@ class TensorRecord:
         dtype: str,  # canonical
         raw_dtype: str,
         shape: tuple[int, ...],
-        stats: Stats | StatsColumns,
+        stats: Stats | StatsColumns | RecordSource,
         requires_grad: bool | None = None,
         md5: str | None = None,
-        data_root: Path | None = None,  # the directory every data file must stay inside
+        data_root: Path | None = None,
         data_name: str | None = None,  # file name as written in dump.json, resolved on load
-        dump_json: Path | None = None,  # the dump.json this record came from, for messages
-        confine: Path | None = None,  # the dump directory named: data_root must resolve in it
-        row: int = 0,  # the record's row in ``stats`` where that is a StatsColumns
+        dump_json: Path | None = None,
+        confine: Path | None = None,
+        row: int = 0,  # the record's row in the source's StatsColumns
     ) -> None:
         self.path, self.role, self.dtype, self.raw_dtype = path, role, dtype, raw_dtype
-        self.shape, self._stats, self._row = shape, stats, row
-        self.requires_grad, self.md5 = requires_grad, md5
-        self.data_root, self.data_name = data_root, data_name
-        self.dump_json, self.confine = dump_json, confine
+        self.shape, self.requires_grad, self.md5 = shape, requires_grad, md5
+        self.data_name = data_name
+        self._source = (stats if isinstance(stats, RecordSource)
+                        else RecordSource(stats, data_root, dump_json, confine))
+        self._row = row
 
     @property
     def stats(self) -> Stats:
-        stats = self._stats
+        stats = self._source.stats
         return stats.get(self._row) if type(stats) is StatsColumns else stats  # type: ignore[return-value]
 
     @property
     def stats_row(self) -> tuple[StatsColumns, int] | None:
         """The dump's statistics columns and this record's row there, if it keeps them so."""
-        stats = self._stats
+        stats = self._source.stats
         return (stats, self._row) if type(stats) is StatsColumns else None
+
+    @property
+    def data_root(self) -> Path | None:
+        """The directory of the record's data file; None where it names none."""
+        return self._source.data_root if self.data_name else None
+
+    @property
+    def dump_json(self) -> Path | None:
+        return self._source.dump_json
+
+    @property
+    def confine(self) -> Path | None:
+        return self._source.confine
 
     def _fields(self) -> tuple[object, ...]:
         return (self.path, self.role, self.dtype, self.raw_dtype, self.shape, self.stats,

@@ -23,6 +23,7 @@ from pytest_accuracy.dumps.model import (
     Direction,
     Dump,
     DumpMode,
+    RecordSource,
     Role,
     ScalarArg,
     SharedValues,
@@ -186,6 +187,7 @@ class _Context:
         self.data_root = data_root
         self.confine = confine
         self.stats = StatsColumns()  # every record's statistics, one row each
+        self.source = RecordSource(self.stats, data_root, dump_json, confine)
 
 
 def parse_node_name(name: str) -> tuple[CallKind, Direction, str, str, int]:
@@ -211,13 +213,15 @@ def module_scope(name: str) -> str:
 # prefixes and API or class names: a dump has a few hundred, each written in ~1000 node
 # names; shared instead of one string per node
 _shared: SharedValues[str] = SharedValues(65536)
+# call counters: every API counts from 0, so 100k calls hold a few thousand distinct numbers
+_counts: SharedValues[int] = SharedValues(65536)
 
 
 def _parse_call(name: str, record: dict[str, Any], order: int, ctx: _Context) -> Call:
     kind, direction, prefix, op, index = parse_node_name(name)
     scope = module_scope(name) if kind in ("module", "params_grad") else ""
     call = Call(name, kind, direction, order, _NONE_GIVEN, _NONE_GIVEN, _NONE_GIVEN, None, (),
-                _shared(prefix), _shared(op), scope, index)
+                _shared(prefix), _shared(op), scope, _counts(index))
     if kind == "params_grad":
         call.outputs = []
         for param, records in record.items():
@@ -235,7 +239,7 @@ def _parse_call(name: str, record: dict[str, Any], order: int, ctx: _Context) ->
         params = get("parameters", _NONE_GIVEN)
         if params is not _NONE_GIVEN:
             call.parameters = [p for p in _flatten(params, "parameters", "parameter", ctx, name)
-                               if isinstance(p, TensorRecord)]
+                               if isinstance(p, TensorRecord)] or _NONE_GIVEN
     else:
         call.inputs = _flatten(get("input", _NONE_GIVEN), "input", "input", ctx, name)
     call.outputs = _flatten(get("output", _NONE_GIVEN), "output", "output", ctx, name)
@@ -355,12 +359,12 @@ def _tensor(value: dict[str, Any], path: str, role: Role, ctx: _Context, node: s
         dtype[1],
         dtype[0],
         _shapes(tuple(shape)),
-        ctx.stats,
+        ctx.source,  # the dump's: its statistics columns and files
         grad if type(grad) is bool else None,
         str(md5) if md5 is not None else None,
-        ctx.data_root if data_name else None,
+        None,
         data_name,
-        ctx.dump_json,
-        ctx.confine,
+        None,
+        None,
         ctx.stats.add(stats),
     )

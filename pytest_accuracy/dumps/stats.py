@@ -56,6 +56,9 @@ class StatsColumns:
             self._values.extend(stats)  # type: ignore[arg-type]  # no None: checked above
         return row
 
+    def __len__(self) -> int:
+        return len(self._values) >> 2
+
     def get(self, row: int) -> Stats:
         if self._odd:
             odd = self._odd.get(row)
