@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -17,34 +16,15 @@ from pytest_accuracy.compare.judge import compare_all, settle
 from pytest_accuracy.compare.local import LocalError, local_error, lower_precision_inputs
 from pytest_accuracy.compare.results import NodeResult
 from pytest_accuracy.compare.unmatched import unmatched_reason
+from pytest_accuracy.compare.workers import default_workers, one_blas_thread
 from pytest_accuracy.dumps.model import FLOAT_EPS, Call, Dump, DumpSet, TensorRecord
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.pairing.base import Pairing, PairMap, pair_by_name
-
-_BLAS_LIMITED: list[object] = []
-
-
-def _one_blas_thread() -> None:
-    """Nodes run in our own threads (and xdist workers): BLAS threads on top of them spin
-    against each other; on 2 busy cores the float64 replays ran 4x slower (28 s vs 7 s on the
-    626 MB pair). Limited once per process, for the rest of it."""
-    if not _BLAS_LIMITED:
-        from threadpoolctl import threadpool_limits
-
-        _BLAS_LIMITED.append(threadpool_limits(limits=1, user_api="blas"))
 
 
 def _all_data(call: Call) -> bool:
     """Every output has tensor data: the local error's replay needs them (statistics, md5)."""
     return all(r.has_data for r in call.output_tensors)
-
-
-def _default_workers(npu: DumpSet, bench: DumpSet) -> int:
-    """Threads read tensors ahead; without tensor files (statistics, md5) there is nothing to
-    wait on, and handing each node to a thread cost more than its compare (2 s of 20k nodes)."""
-    if npu.mode != "tensor" and bench.mode != "tensor":
-        return 1
-    return min(4, os.cpu_count() or 1)
 
 
 class Comparison:
@@ -75,7 +55,7 @@ class Comparison:
         self._looked_up = bytearray(len(self.entries))
         self._futures: dict[int, Future[NodeResult]] = {}
         self._done: dict[int, NodeResult] = {}
-        self._workers = workers if workers is not None else _default_workers(npu, bench)
+        self._workers = workers if workers is not None else default_workers(npu, bench)
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
@@ -93,7 +73,7 @@ class Comparison:
         if known is not None:  # the first-divergence scans ask for earlier nodes many times
             return known
         self.provenance  # noqa: B018  (pairs, dtypes and metadata facts first, in this thread)
-        _one_blas_thread()
+        one_blas_thread()
         if self._workers <= 1:
             with self._lock:
                 result = self._done.get(index)
