@@ -1,5 +1,5 @@
 """A dump's statistics kept as columns read back as the dump.json's values, record for record,
-and the statistics table computes the same metrics from them as from ``Stats`` tuples."""
+and compare by value (the table from columns: tests/test_stats_table.py)."""
 
 from __future__ import annotations
 
@@ -94,39 +94,6 @@ def test_null_and_string_statistics(tmp_path: Path) -> None:
     for npu, bench in pairs:
         assert repr(table.metrics(npu, bench)) == repr(stats_metrics(npu.stats, bench.stats))
     assert table._row(*pairs[-1]) is not None and table._row(*pairs[0]) is None
-
-
-def _column_pairs(count: int, seed: int) -> list[tuple[TensorRecord, TensorRecord]]:
-    """Pairs kept as two dumps' columns, with a few records holding their own Stats."""
-    rng = random.Random(seed)
-    npu_cols, bench_cols = StatsColumns(), StatsColumns()
-
-    def record(columns: StatsColumns, row: tuple[float | None, ...]) -> TensorRecord:
-        if rng.random() < 0.1:
-            return TensorRecord("output.0", "output", "float32", "float32", (4,), Stats(*row))
-        return TensorRecord("output.0", "output", "float32", "float32", (4,), columns,
-                            row=columns.add(row))
-
-    pairs = []
-    for _ in range(count):
-        npu = _row(rng)
-        near = rng.random() < 0.5 and all(isinstance(v, float) and math.isfinite(v) for v in npu)
-        bench = (tuple(v * (1 + rng.uniform(-1e-4, 1e-4)) for v in npu)  # type: ignore[operator]
-                 if near else _row(rng))
-        pairs.append((record(npu_cols, npu), record(bench_cols, bench)))
-    return pairs
-
-
-def test_table_from_columns_is_stats_metrics_to_the_bit() -> None:
-    pairs = _column_pairs(5000, seed=9)
-    table = StatsTable(pairs)
-    taken = 0
-    for npu, bench in pairs:
-        ours, theirs = table.metrics(npu, bench), stats_metrics(npu.stats, bench.stats)
-        assert all(_same(getattr(ours, f), getattr(theirs, f))
-                   for f in type(theirs).__slots__), (npu, bench)
-        taken += table._row(npu, bench) is not None
-    assert 1000 < taken < 5000  # rows from the columns and rows left to stats_metrics
 
 
 def test_records_compare_by_value_wherever_their_statistics_are_kept() -> None:

@@ -12,14 +12,19 @@ from pytest_accuracy.compare.criteria import CompareCriteria, judge_stats
 from pytest_accuracy.compare.metrics import stats_metrics
 from pytest_accuracy.compare.stats_table import StatsTable
 from pytest_accuracy.dumps.model import Stats, TensorRecord
+from pytest_accuracy.dumps.stats import StatsColumns
 
 _SPECIAL = [0.0, -0.0, 1.0, -1.0, 5e-324, 1e-300, 1e300, 1.7e308, -1.7e308, 3.0, 1.0000001,
             math.inf, -math.inf, math.nan, None]
 
 
-def _record(stats: tuple[object, ...]) -> TensorRecord:
-    return TensorRecord("output.0", "output", "float32", "torch.float32", (4,),
-                        Stats(*stats))  # type: ignore[arg-type]
+def _record(stats: tuple[object, ...], columns: StatsColumns | None = None) -> TensorRecord:
+    """A record with its own Stats, or kept in ``columns`` as a reader keeps it."""
+    if columns is None:
+        return TensorRecord("output.0", "output", "float32", "torch.float32", (4,),
+                            Stats(*stats))  # type: ignore[arg-type]
+    return TensorRecord("output.0", "output", "float32", "torch.float32", (4,), columns,
+                        row=columns.add(stats))  # type: ignore[arg-type]
 
 
 def _value(rng: random.Random) -> object:
@@ -31,8 +36,15 @@ def _value(rng: random.Random) -> object:
     return rng.uniform(-1, 1) * 10 ** rng.randint(-30, 30)
 
 
-def _pairs(count: int, seed: int) -> list[tuple[TensorRecord, TensorRecord]]:
+def _pairs(count: int, seed: int,
+           columns: bool = False) -> list[tuple[TensorRecord, TensorRecord]]:
+    """Random pairs; with ``columns`` nine in ten records kept in two dumps' columns."""
     rng = random.Random(seed)
+    sides = (StatsColumns(), StatsColumns())
+
+    def kept(side: int) -> StatsColumns | None:
+        return sides[side] if columns and rng.random() < 0.9 else None
+
     pairs = []
     for _ in range(count):
         npu = tuple(_value(rng) for _ in range(4))
@@ -40,7 +52,7 @@ def _pairs(count: int, seed: int) -> list[tuple[TensorRecord, TensorRecord]]:
         near = rng.random() < 0.5 and all(isinstance(v, float) and math.isfinite(v) for v in npu)
         bench = (tuple(v * (1 + rng.uniform(-1e-4, 1e-4)) for v in npu)  # type: ignore[operator]
                  if near else tuple(_value(rng) for _ in range(4)))
-        pairs.append((_record(npu), _record(bench)))
+        pairs.append((_record(npu, kept(0)), _record(bench, kept(1))))
     return pairs
 
 
@@ -49,8 +61,9 @@ def _same(a: object, b: object) -> bool:
     return type(a) is type(b) and repr(a) == repr(b)
 
 
-def test_metrics_are_stats_metrics_to_the_bit() -> None:
-    pairs = _pairs(20_000, seed=7)
+@pytest.mark.parametrize("columns", [False, True])
+def test_metrics_are_stats_metrics_to_the_bit(columns: bool) -> None:
+    pairs = _pairs(20_000, seed=7, columns=columns)
     table = StatsTable(pairs)
     taken = 0
     for npu, bench in pairs:
