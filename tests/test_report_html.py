@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
@@ -136,3 +137,20 @@ def test_a_lone_surrogate_in_a_node_name_is_written_as_text(pytester: pytest.Pyt
                      f"--acc-bench={pytester.path / 'bench'}", isolated=True)
     assert "first divergence <b>Tensor.__add__\\ud800&lt;b&gt;x&lt;/b&gt;.5.forward</b>" in text
     assert "<b>x</b>" not in text
+
+
+def test_the_page_written_piece_by_piece_is_render_s_page(tmp_path: Path) -> None:
+    """write_html writes the page's lines and the node table's rows one by one, never joined
+    (the joined page was the report run's peak memory): the bytes are render()'s page, lone
+    surrogate included, encoded whole."""
+    from pytest_accuracy.report.document import write_html
+    from pytest_accuracy.report.html import render
+
+    nodes = [{"npu_name": f"Tensor.add.{i}.forward" + ("\ud800<b>" if i == 3 else ""),
+              "bench_name": f"Tensor.add.{i}.forward", "step": 0, "rank": 0, "order": i,
+              "status": "fail" if i == 3 else "pass", "reason": "", "tensor": "output.0",
+              "rows": []} for i in range(50)]
+    doc = {"verdict": "fail", "compare": {"nodes": nodes, "first_divergence": None}}
+    page = write_html(doc, tmp_path, []).read_bytes()
+    assert page == render(doc, tmp_path, []).encode("utf-8", "backslashreplace")
+    assert page.count(b"<tr data-status=") == 50 and b"\\ud800&lt;b&gt;" in page

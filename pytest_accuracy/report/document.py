@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_accuracy import __version__
-from pytest_accuracy.safe_io import atomic_open, write_atomic
+from pytest_accuracy.safe_io import atomic_open
 
 DOCUMENT_VERSION = 1
 
@@ -206,9 +206,18 @@ def _records(verdicts: list[_Verdict],
 
 def write_html(doc: dict[str, Any], out_dir: Path, images: list[Path]) -> Path:
     """``index.html``: verdict, first divergence, charts, module tree, every node; logs criteria."""
-    from pytest_accuracy.report.html import render
+    from pytest_accuracy.report.html import render_parts
 
-    page = render(doc, out_dir, images)
-    # a lone surrogate (JSON can hold one in a node name) cannot be UTF-8: written as the
-    # text "\\ud800", which is no markup, where encoding it raised
-    return write_atomic(out_dir / "index.html", page.encode("utf-8", "backslashreplace"))
+    parts = render_parts(doc, out_dir, images)
+    path = out_dir / "index.html"
+    with atomic_open(path, "wb") as handle:
+        # the page's lines written one by one, never joined (the joined page was the report
+        # run's peak: 649 MB at 100k nodes). A lone surrogate (JSON can hold one in a node
+        # name) cannot be UTF-8: written as the text "\\ud800", which is no markup, where
+        # encoding it raised; each code point encodes alone, so per line gives the same bytes
+        for i, part in enumerate(parts):
+            if i:
+                handle.write(b"\n")
+            for piece in (part,) if isinstance(part, str) else part:
+                handle.write(piece.encode("utf-8", "backslashreplace"))
+    return path

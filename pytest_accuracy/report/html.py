@@ -5,15 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pytest_accuracy.report.html_page import esc, page
+from pytest_accuracy.report.html_page import Part, esc, joined, page_parts
 
 
 def render(doc: dict[str, Any], out_dir: Path, images: list[Path]) -> str:
     """The whole page; images are embedded, so the file works alone (a CI artifact, offline)."""
-    from pytest_accuracy.report.html_compare import compare_sections, headline
+    return "\n".join(joined(part) for part in render_parts(doc, out_dir, images))
+
+
+def render_parts(doc: dict[str, Any], out_dir: Path, images: list[Path]) -> list[Part]:
+    """``render``'s page as the lines it joins with newlines."""
+    from pytest_accuracy.report.html_compare import compare_section_parts, headline
     from pytest_accuracy.report.html_logs import config_section, loss_sections, precheck_section
 
-    sections: list[str] = []
+    sections: list[Part] = []
     lines: list[str] = []
     if doc.get("merge"):
         lines.append(f"Merged {len(doc['merge'].get('parts') or [])} parts")
@@ -21,7 +26,7 @@ def render(doc: dict[str, Any], out_dir: Path, images: list[Path]) -> str:
     compare = doc.get("compare")
     if compare:
         lines.append("Compare: " + headline(compare))
-        sections += compare_sections(compare, (doc.get("criteria") or {}).get("compare") or {})
+        sections += compare_section_parts(compare, (doc.get("criteria") or {}).get("compare") or {})
     loss = doc.get("loss")
     if loss:
         failed = [n for n, c in (loss.get("checks") or {}).items() if c.get("status") == "fail"]
@@ -40,8 +45,8 @@ def render(doc: dict[str, Any], out_dir: Path, images: list[Path]) -> str:
         sections.append(_suites(doc["suites"]))
     sections.append(_inputs(doc))
     verdict = str(doc.get("verdict"))
-    return page(f"pytest-accuracy: {verdict.upper()}", verdict, "<br>".join(lines) or
-                "nothing was checked", sections, _footer(doc, out_dir))
+    return page_parts(f"pytest-accuracy: {verdict.upper()}", verdict, "<br>".join(lines) or
+                      "nothing was checked", sections, _footer(doc, out_dir))
 
 
 def _counted(records: Any, unit: str, verb: str) -> str:

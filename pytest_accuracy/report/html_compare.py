@@ -5,10 +5,20 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from itertools import chain
 from typing import Any
 
-from pytest_accuracy.report.html_page import Memo, esc, filter_controls, fmt, section
+from pytest_accuracy.report.html_page import (
+    Memo,
+    Part,
+    esc,
+    filter_controls,
+    fmt,
+    joined,
+    section,
+    section_parts,
+)
 from pytest_accuracy.report.svg import COLOURS, Point, error_chart
 
 _MAX_CHARTS = 8
@@ -58,9 +68,14 @@ def own_error(node: dict[str, Any]) -> float | None:
 
 
 def compare_sections(compare: dict[str, Any], criteria: dict[str, Any]) -> list[str]:
+    return [joined(part) for part in compare_section_parts(compare, criteria)]
+
+
+def compare_section_parts(compare: dict[str, Any], criteria: dict[str, Any]) -> list[Part]:
+    """The compare's sections; the node table's as pieces (a row each), for the page's writer."""
     nodes: list[dict[str, Any]] = compare.get("nodes") or []
     first = compare.get("first_divergence")
-    out = [section("Where it diverges", _first_card(first, compare), "first")]
+    out: list[Part] = [section("Where it diverges", _first_card(first, compare), "first")]
     # each node's error and tolerance once: the charts and the table both show them
     errors = [node_error(n) for n in nodes]
     tolerances = [node_tolerance(n, criteria) for n in nodes]
@@ -71,8 +86,8 @@ def compare_sections(compare: dict[str, Any], criteria: dict[str, Any]) -> list[
     from pytest_accuracy.report.html_tree import module_tree
 
     out.append(section("Module tree", module_tree(nodes, criteria, first), "tree"))
-    out.append(section(f"Every node ({len(nodes)})",
-                       _node_table(nodes, errors, tolerances), "nodes"))
+    out.append(section_parts(f"Every node ({len(nodes)})",
+                             _node_table(nodes, errors, tolerances), "nodes"))
     return out
 
 
@@ -207,16 +222,18 @@ _COLUMNS = ("#", "step", "rank", "NPU node", "bench node", "status", "dtype", "t
 
 
 def _node_table(nodes: list[dict[str, Any]], errors: list[float | None],
-                tolerances: list[float | None]) -> str:
+                tolerances: list[float | None]) -> Iterator[str]:
     seen = {s for s in (n.get("status") for n in nodes) if isinstance(s, str)}
     present = [s for s in STATUSES if s in seen]
     text, names = Memo(esc), Memo(breakable)
-    rows = [_node_row(i, n, errors[i], tolerances[i], text, names)
-            for i, n in enumerate(nodes)]
+    # made as the page is written: 100k rows are 55 MB of strings
+    rows = (_node_row(i, n, errors[i], tolerances[i], text, names)
+            for i, n in enumerate(nodes))
     head = "".join(f"<th>{esc(c)}</th>" for c in _COLUMNS)
-    return (filter_controls("nodes-table", present, len(nodes))
-            + "<div class='scroll'><table id='nodes-table' class='sortable mono nodes'><thead>"
-            "<tr>" + head + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
+    return chain([filter_controls("nodes-table", present, len(nodes))
+                  + "<div class='scroll'><table id='nodes-table' class='sortable mono nodes'>"
+                  "<thead><tr>" + head + "</tr></thead><tbody>"], rows,
+                 ["</tbody></table></div>"])
 
 
 def breakable(name: Any) -> str:

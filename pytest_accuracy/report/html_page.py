@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import chain
 from typing import Any
 
 STYLE = """
@@ -107,19 +108,41 @@ def fmt(value: Any) -> str:
     return esc(value)
 
 
-def page(title: str, verdict: str, subtitle: str, sections: Sequence[str], footer: str) -> str:
-    return "\n".join([
+# A line of the page, or a long one (a 100k-node table) as the pieces it is made of, made
+# as they are read (once)
+Part = str | Iterable[str]
+
+
+def page(title: str, verdict: str, subtitle: str, sections: Sequence[Part], footer: str) -> str:
+    return "\n".join(joined(p) for p in page_parts(title, verdict, subtitle, sections, footer))
+
+
+def joined(part: Part) -> str:
+    return part if isinstance(part, str) else "".join(part)
+
+
+def page_parts(title: str, verdict: str, subtitle: str, sections: Sequence[Part],
+               footer: str) -> list[Part]:
+    """The page's lines, which ``page`` joins with newlines (each a string, or pieces to join
+    without one): a writer may write them piece by piece, never joined, where a 100k-node
+    table and its page joined were the report run's peak memory."""
+    return [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>",
         f"<header class='{esc(verdict)}'><h1>{esc(title)}</h1><p>{subtitle}</p></header>",
         "<main>", *sections, f"<footer>{footer}</footer>", "</main>",
         f"<script>{SCRIPT}</script></body></html>",
-    ])
+    ]
 
 
 def section(title: str, body: str, anchor: str = "") -> str:
+    return joined(section_parts(title, [body], anchor))
+
+
+def section_parts(title: str, body: Iterable[str], anchor: str = "") -> Iterator[str]:
+    """``section`` as pieces: its body's pieces between the heading and the end tag."""
     ident = f" id='{esc(anchor)}'" if anchor else ""
-    return f"<section{ident}><h2>{esc(title)}</h2>{body}</section>"
+    return chain([f"<section{ident}><h2>{esc(title)}</h2>"], body, ["</section>"])
 
 
 def filter_controls(table_id: str, statuses: Sequence[str], total: int) -> str:
