@@ -183,10 +183,9 @@ class _Context:
     """What every record of one dump.json needs to know while being parsed."""
 
     def __init__(self, dump_json: Path, data_root: Path | None, confine: Path | None) -> None:
-        self.dump_json = dump_json
-        self.data_root = data_root
-        self.confine = confine
+        self.dump_json = dump_json  # for messages
         self.stats = StatsColumns()  # every record's statistics, one row each
+        # what every record shares: the columns, the data directory, the file, the confine
         self.source = RecordSource(self.stats, data_root, dump_json, confine)
 
 
