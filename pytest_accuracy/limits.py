@@ -110,7 +110,7 @@ class TensorBudget:
         self._used = 0
         self._lock = threading.Lock()
 
-    def take(self, path: Path, nbytes: int) -> None:
+    def take(self, path: str | Path, nbytes: int) -> None:
         """Book ``nbytes`` for ``path`` or raise when the run's total would pass the limit."""
         with self._lock:
             total = self._used + nbytes

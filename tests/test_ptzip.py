@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from pytest_accuracy.dumps import ptzip, tensors
-from pytest_accuracy.dumps.tensors import load_array, resolve_data_path
+from pytest_accuracy.dumps.tensors import load_array, load_data, resolve_data_path
 from pytest_accuracy.errors import AccuracyInputError
 from tests.test_tensors import tensor_pickle, write_pt
 
@@ -334,6 +334,34 @@ def test_plain_name_that_is_a_symlink_is_still_confined(tmp_path: Path) -> None:
         resolve_data_path(root, "outside.pt")
     with pytest.raises(AccuracyInputError, match="points outside the dump directory"):
         resolve_data_path(root, "..")
+
+
+def test_load_data_reads_what_load_array_reads_with_the_same_checks(tmp_path: Path) -> None:
+    """The records' loader joins plain names as text: the same array, the same cache entry,
+    and every refusal of resolve_data_path (links out, odd names, missing files)."""
+    dump = tmp_path / "dump"
+    root = dump / "dump_tensor_data"
+    (root / "sub").mkdir(parents=True)
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    pkl = tensor_pickle(size=(3, 4), stride=(4, 1), numel=12)
+    for path in (root / "t.pt", root / "sub" / "u.pt", tmp_path / "secret.pt"):
+        write_pt(path, pkl, {"0": values.tobytes()})
+    (root / "inside.pt").symlink_to(root / "t.pt")
+    (root / "outside.pt").symlink_to(tmp_path / "secret.pt")
+    tensors.RECENT.clear()
+    got = load_data(root, "t.pt", dump)
+    _assert_identical(got, values)
+    assert not got.flags.writeable
+    assert load_array(resolve_data_path(root, "t.pt", dump)) is got  # one file, one entry
+    _assert_identical(load_data(root, "inside.pt", dump), values)
+    _assert_identical(load_data(root, "sub/u.pt", dump), values)
+    refusals = {"outside.pt": "points outside the dump directory", "..": "points outside",
+                "": "invalid data_name", "/etc/passwd": "is absolute",
+                "missing.pt": "tensor file not found", "a\0b.pt": "invalid data_name"}
+    for name, problem in refusals.items():
+        with pytest.raises(AccuracyInputError, match=problem) as info:
+            load_data(root, name, dump)
+        assert str(root.resolve()) in str(info.value) or str(root) in str(info.value)
 
 
 def test_data_directory_symlinked_out_of_the_dump_is_refused_every_time(tmp_path: Path) -> None:

@@ -166,13 +166,13 @@ class TensorRecord:
         The path is confined to the dump directory here rather than at read time, so
         a bad data_name fails the one item that needs it, not the whole collection.
         """
-        from pytest_accuracy.dumps.tensors import load_array, resolve_data_path
+        from pytest_accuracy.dumps.tensors import load_data
         from pytest_accuracy.errors import AccuracyInputError
 
         if self.data_root is None or not self.data_name:
             where = self.dump_json or "dump"
             raise AccuracyInputError(where, f"{self.path} has no tensor data (not a tensor dump)")
-        return load_array(resolve_data_path(self.data_root, self.data_name, self.confine))
+        return load_data(self.data_root, self.data_name, self.confine)
 
     @property
     def numel(self) -> int:

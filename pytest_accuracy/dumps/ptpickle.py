@@ -39,6 +39,7 @@ _TORCH_DTYPES: dict[str, np.dtype[Any]] = {
         if hasattr(ml_dtypes, n)
     },
 }
+_KNOWN_DTYPES = frozenset(_TORCH_DTYPES.values())
 # Legacy typed storage classes written by _rebuild_tensor_v2 (one per classic dtype).
 _STORAGE_DTYPES: dict[str, str] = {
     "FloatStorage": "float32",
@@ -269,14 +270,14 @@ def _check_opcodes(data: bytes) -> None:
         raise _BadPickle(f"corrupt data.pkl: {printable(exc, 200)}") from None
 
 
-def _checked_ref(obj: _TensorRef, path: Path) -> _TensorRef:
+def _checked_ref(obj: _TensorRef, path: str | Path) -> _TensorRef:
     """The tensor reference checked again once the pickle has finished (nothing trusted from
     the time it was built): field types, sizes, strides and the declared storage size."""
     storage = obj.storage
     if (
         type(obj) is not _TensorRef or type(storage) is not _StorageRef
         or not isinstance(obj.dtype, np.dtype) or obj.dtype != storage.dtype
-        or obj.dtype not in set(_TORCH_DTYPES.values())
+        or obj.dtype not in _KNOWN_DTYPES
         or type(storage.nbytes) is not int or not 0 <= storage.nbytes < 1 << 62
         or not isinstance(storage.key, str) or not storage.key.isalnum()
     ):
@@ -292,7 +293,7 @@ def _checked_ref(obj: _TensorRef, path: Path) -> _TensorRef:
     return checked
 
 
-def _build_array(raw: np.ndarray, ref: _TensorRef, byteorder: str, path: Path) -> np.ndarray:
+def _build_array(raw: np.ndarray, ref: _TensorRef, byteorder: str, path: str | Path) -> np.ndarray:
     dtype = ref.dtype
     count = raw.size // dtype.itemsize
     numel = math.prod(ref.size)
@@ -358,7 +359,7 @@ _PARSED: dict[bytes, TensorRef] = {}
 _MAX_PARSED, _MAX_PARSED_BYTES = 4096, 1024
 
 
-def parse_tensor_pickle(data: bytes, path: Path) -> TensorRef:
+def parse_tensor_pickle(data: bytes, path: str | Path) -> TensorRef:
     """The tensor reference in a data.pkl's bytes, checked; AccuracyInputError otherwise."""
     ref = _PARSED.get(data)
     if ref is None:
@@ -370,7 +371,7 @@ def parse_tensor_pickle(data: bytes, path: Path) -> TensorRef:
     return _checked_ref(ref, path)
 
 
-def _unpickle(data: bytes, path: Path) -> TensorRef:
+def _unpickle(data: bytes, path: str | Path) -> TensorRef:
     try:
         _check_opcodes(data)
         obj = _TensorUnpickler(io.BytesIO(data)).load()
@@ -388,7 +389,7 @@ def _unpickle(data: bytes, path: Path) -> TensorRef:
     return obj
 
 
-def parse_byteorder(data: bytes, path: Path) -> str:
+def parse_byteorder(data: bytes, path: str | Path) -> str:
     """The byteorder member's word: ``little`` or ``big``."""
     order = data.decode("ascii", "replace").strip()
     if order not in ("little", "big"):
@@ -396,7 +397,8 @@ def parse_byteorder(data: bytes, path: Path) -> str:
     return order
 
 
-def tensor_from_storage(raw: np.ndarray, ref: TensorRef, byteorder: str, path: Path) -> np.ndarray:
+def tensor_from_storage(raw: np.ndarray, ref: TensorRef, byteorder: str,
+                        path: str | Path) -> np.ndarray:
     """The array ``ref`` describes over the storage bytes ``raw`` (uint8)."""
     if raw.size < ref.storage.nbytes:
         raise AccuracyInputError(

@@ -18,8 +18,8 @@ import mmap
 import os
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -53,9 +53,8 @@ class _NotPlain(Exception):
     """Not torch.save's plain layout: read the file with zipfile instead."""
 
 
-@dataclass(frozen=True, slots=True)
-class Member:
-    """One central directory entry of a plain archive."""
+class Member(NamedTuple):
+    """One central directory entry of a plain archive (a tuple: made 4 times a file)."""
 
     name: str
     flags: int
@@ -64,9 +63,10 @@ class Member:
     header_offset: int
 
 
-def check_member_name(name: str, path: Path) -> None:
+def check_member_name(name: str, path: str | Path) -> None:
     """Refuse member names no torch.save writes: absolute, backslashes, ``..`` components."""
-    if name.startswith("/") or "\\" in name or "\0" in name or ".." in name.split("/"):
+    if (name.startswith("/") or "\\" in name or "\0" in name
+            or (".." in name and ".." in name.split("/"))):
         raise AccuracyInputError(
             path, f"archive member name {printable(name, 80)!r} is not a torch.save name")
 
@@ -74,7 +74,7 @@ def check_member_name(name: str, path: Path) -> None:
 class PlainZip:
     """The members of a plain archive, read from ``fd`` (owned by the caller)."""
 
-    def __init__(self, fd: int, size: int, path: Path, members: dict[str, Member],
+    def __init__(self, fd: int, size: int, path: str | Path, members: dict[str, Member],
                  directory_offset: int, tail: tuple[int, bytes]) -> None:
         self.fd, self.size, self.path = fd, size, path
         self.members = members
@@ -138,7 +138,7 @@ class PlainZip:
                 f"{printable(member.name, 80)!r}")
 
 
-def read_plain(fd: int, size: int, path: Path) -> PlainZip | None:
+def read_plain(fd: int, size: int, path: str | Path) -> PlainZip | None:
     """The plain archive in ``fd`` (``size`` bytes), or None when it is not torch's layout."""
     if size < _EOCD.size:
         return None
@@ -154,7 +154,7 @@ def read_plain(fd: int, size: int, path: Path) -> PlainZip | None:
     return PlainZip(fd, size, path, members, directory_offset, (tail_start, tail))
 
 
-def _directory(tail: bytes, tail_start: int, size: int, path: Path) -> tuple[int, bytes]:
+def _directory(tail: bytes, tail_start: int, size: int, path: str | Path) -> tuple[int, bytes]:
     """The central directory's offset and bytes, from the record at the file's end."""
     sig, disk, cd_disk, here, total, cd_size, cd_offset, comment = _EOCD.unpack(
         tail[-_EOCD.size :])
@@ -196,7 +196,7 @@ def _check_zip64_tail(record: bytes, offset: int, classic: tuple[int, int, int])
         raise _NotPlain  # zipfile believes the zip64 values; let it read this one
 
 
-def _members(directory: bytes, path: Path) -> dict[str, Member]:
+def _members(directory: bytes, path: str | Path) -> dict[str, Member]:
     members: dict[str, Member] = {}
     pos = 0
     while pos < len(directory):
@@ -225,7 +225,7 @@ def _members(directory: bytes, path: Path) -> dict[str, Member]:
     return members
 
 
-def record_prefix(names: Iterable[str], path: Path, *, checked: bool = False) -> str:
+def record_prefix(names: Iterable[str], path: str | Path, *, checked: bool = False) -> str:
     """``<name>/`` of the archive's one ``<name>/data.pkl``; every member name checked
     (unless ``checked``: read_plain has done it)."""
     pickles = []
@@ -241,7 +241,7 @@ def record_prefix(names: Iterable[str], path: Path, *, checked: bool = False) ->
     return pickles[0][: -len("data.pkl")]
 
 
-def load_plain(fd: int, size: int, path: Path, use_mmap: bool) -> np.ndarray | None:
+def load_plain(fd: int, size: int, path: str | Path, use_mmap: bool) -> np.ndarray | None:
     """The tensor in a plain archive (None: not torch's plain layout, use zipfile).
 
     The same checks, limits and messages as the zipfile reader, in the same order.

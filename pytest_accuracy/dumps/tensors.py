@@ -32,13 +32,13 @@ from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.limits import RUN_BUDGET, limit, over
 from pytest_accuracy.text import brief, printable
 
-__all__ = ["load_array", "resolve_data_path"]
+__all__ = ["load_array", "load_data", "resolve_data_path"]
 
 _ZIP_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, skipped fields, name len, extra len
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 _PREAD = hasattr(os, "pread")
 # Each dump's data directory, resolved and checked once: (root, within) -> resolved root.
-_DATA_DIRS: dict[tuple[Path, Path | None], Path] = {}
+_DATA_DIRS: dict[tuple[Path, Path | None], tuple[Path, str]] = {}
 _MAX_DATA_DIRS = 4096
 
 
@@ -87,10 +87,19 @@ def resolve_data_path(root: Path, data_name: str, within: Path | None = None) ->
 
 def _data_dir(root: Path, within: Path | None, data_name: str) -> Path:
     """``root`` resolved, once it is known to lie inside ``within`` (cached per process)."""
+    return _checked_dir(root, within, data_name)[0]
+
+
+def _data_dir_text(root: Path, within: Path | None, data_name: str) -> str:
+    """``_data_dir`` as text ending in a separator, for joining a plain file name to it."""
+    return _checked_dir(root, within, data_name)[1]
+
+
+def _checked_dir(root: Path, within: Path | None, data_name: str) -> tuple[Path, str]:
     key = (root, within)
-    base = _DATA_DIRS.get(key)
-    if base is not None:
-        return base
+    known = _DATA_DIRS.get(key)
+    if known is not None:
+        return known
     try:
         outer = Path(within if within is not None else Path(root).absolute().parent).resolve()
         base = Path(root).resolve()
@@ -102,8 +111,8 @@ def _data_dir(root: Path, within: Path | None, data_name: str) -> Path:
             f"{outer}; data_name {brief(data_name)} is not read")
     if len(_DATA_DIRS) >= _MAX_DATA_DIRS:
         _DATA_DIRS.clear()
-    _DATA_DIRS[key] = base
-    return base
+    _DATA_DIRS[key] = base, os.path.join(base, "")
+    return _DATA_DIRS[key]
 
 
 def _unresolvable(root: Path, data_name: str, exc: BaseException) -> AccuracyInputError:
@@ -167,30 +176,61 @@ def load_array(path: Path, *, mmap: bool = True) -> np.ndarray:
         return _read_array(Path(path), mmap)
     try:  # the file's identity too: a file rewritten in place is read again
         info = os.stat(path)
-        key: tuple[object, ...] | None = (str(path), info.st_ino, info.st_mtime_ns,
-                                          info.st_size)
     except (OSError, ValueError):
-        key = None  # _read_array names the problem
+        return _shared(str(path), None)  # _read_array names the problem
+    return _shared(str(path), info)
+
+
+def load_data(root: Path, data_name: str, within: Path | None = None) -> np.ndarray:
+    """``load_array(resolve_data_path(root, data_name, within))``: a dump record's tensor.
+
+    A plain file name (no separator, not ``.``/``..``, not a symlink) is joined as text to
+    the checked data directory: no Path objects per file, one ``lstat`` for both the
+    confinement and the file's identity (a third of a 4 KB tensor's load went to them).
+    Anything else takes ``resolve_data_path``, which says what is wrong with it.
+    """
+    if not _plain_name(data_name):
+        return load_array(resolve_data_path(root, data_name, within))
+    target = _data_dir_text(root, within, data_name) + data_name
+    try:
+        info = os.lstat(target)
+    except (OSError, ValueError):
+        info = None
+    if info is None or stat.S_ISLNK(info.st_mode):  # missing, or a link: resolved and checked
+        return load_array(resolve_data_path(root, data_name, within))
+    return _shared(target, info)
+
+
+def _plain_name(data_name: str) -> bool:
+    return (0 < len(data_name) <= 4096 and "/" not in data_name and "\\" not in data_name
+            and "\0" not in data_name and data_name not in (".", ".."))
+
+
+def _shared(path: str, info: os.stat_result | None) -> np.ndarray:
+    """The read-only array in ``path`` (stat'ed as ``info``), from ``RECENT`` if there."""
+    key = None if info is None else (path, info.st_ino, info.st_mtime_ns, info.st_size)
     known = RECENT.get(key) if key is not None else None
     if known is not None:
         return known
-    array = _read_array(Path(path), mmap)
+    array = _read_array(path, True)
     array.flags.writeable = False  # shared: no reader may change what another reads
     if key is not None:
         RECENT.put(key, array)
     return array
 
 
-def _read_array(path: Path, mmap: bool) -> np.ndarray:
-    suffix = path.suffix.lower()
-    if suffix not in (".npy", ".pt"):
-        raise AccuracyInputError(path, f"unsupported tensor file type {path.suffix!r} (.npy, .pt)")
+def _read_array(path: str | Path, mmap: bool) -> np.ndarray:
+    suffix = os.path.splitext(path)[1]
+    if suffix.lower() not in (".npy", ".pt"):
+        raise AccuracyInputError(path, f"unsupported tensor file type {suffix!r} (.npy, .pt)")
     try:
-        if suffix == ".pt" and _PREAD:
+        if suffix.lower() == ".pt" and _PREAD:
             array = _load_pt(path, mmap)
         else:
+            path = Path(path)
             _check_regular(path)
-            array = _load_npy(path, mmap) if suffix == ".npy" else _load_pt_zipfile(path, mmap)
+            array = _load_npy(path, mmap) if suffix.lower() == ".npy" else _load_pt_zipfile(
+                path, mmap)
     except OSError as exc:  # ENAMETOOLONG, EACCES, ... from the path itself
         raise AccuracyInputError(path, f"cannot open tensor file: {exc.strerror or exc}") from None
     RUN_BUDGET.take(path, array.nbytes)
@@ -204,7 +244,7 @@ def _check_regular(path: Path) -> None:
         raise AccuracyInputError(path, "tensor path is not a regular file")
 
 
-def _load_pt(path: Path, use_mmap: bool) -> np.ndarray:
+def _load_pt(path: str | Path, use_mmap: bool) -> np.ndarray:
     """A .pt file through one descriptor: by offset when plain, else with zipfile."""
     try:
         fd = os.open(path, _OPEN_FLAGS)  # non-blocking: a FIFO must not hang the open
@@ -220,7 +260,7 @@ def _load_pt(path: Path, use_mmap: bool) -> np.ndarray:
             raise AccuracyInputError(path, f"corrupt torch .pt archive: {exc}") from None
     finally:
         os.close(fd)
-    return array if array is not None else _load_pt_zipfile(path, use_mmap)
+    return array if array is not None else _load_pt_zipfile(Path(path), use_mmap)
 
 
 def _load_npy(path: Path, use_mmap: bool) -> np.ndarray:
