@@ -139,14 +139,17 @@ def test_regions_under_xdist_write_the_serial_document(pytester: pytest.Pytester
 
 
 @pytest.mark.parametrize("items", ["node", "region"])
-@pytest.mark.parametrize("pair", [("pt_bug", "pt_fp32"), ("ms_fp32", "pt_fp32")])
+@pytest.mark.parametrize(("pair", "level"), [
+    (("pt_bug", "pt_fp32"), "mix_statistics"), (("ms_fp32", "pt_fp32"), "mix_statistics"),
+    (("pt_bug", "pt_fp32"), "L1_tensor"), (("ms_fp32", "pt_fp32"), "L1_tensor")])
 def test_a_gate_writing_nothing_gives_the_verdict_of_a_run_writing_the_document(
-    pytester: pytest.Pytester, items: str, pair: tuple[str, str]
+    pytester: pytest.Pytester, items: str, pair: tuple[str, str], level: str
 ) -> None:
-    """Without --acc-json, --acc-report or a Markdown summary a plain pass keeps only what
-    the verdict reads (records.verdict_record): the terminal's accuracy section, the
-    outcomes and the exit code are those of the run that writes every field."""
-    npu, bench = (dump(side, "mix_statistics") for side in pair)
+    """Without --acc-json, --acc-report or a Markdown summary a pass (a plain one, or a
+    tensor node's full compare) keeps only what the verdict reads (records.verdict_record):
+    the terminal's accuracy section, the outcomes and the exit code are those of the run
+    that writes every field."""
+    npu, bench = (dump(side, level) for side in pair)
     args = (f"--acc-npu={npu}", f"--acc-bench={bench}", f"--acc-items={items}", "-rA")
     gate = run(pytester, *args)
     full = run(pytester, *args, f"--acc-json={pytester.path / 'acc.json'}")
@@ -164,3 +167,21 @@ def test_a_gate_writing_nothing_gives_the_verdict_of_a_run_writing_the_document(
                for line in section(gate))
     nodes = json.loads((pytester.path / "acc.json").read_text())["compare"]["nodes"]
     assert sum(n["status"] == "pass" for n in nodes) > 20  # plain passes among them
+
+
+def test_a_gate_keeps_five_keys_of_a_tensor_pass_and_the_full_record_of_a_failure() -> None:
+    """A tensor node's pass in a gate is sent (from an xdist worker) and kept as the verdict's
+    five keys; its failures keep every field, for the terminal's messages."""
+    from pytest_accuracy.compare import Comparison, NodeResult
+    from pytest_accuracy.suite.compare_items import judge_node
+
+    cmp = Comparison(load_dumps(dump("pt_bug", "L1_tensor")), load_dumps(dump("pt_fp32",
+                                                                              "L1_tensor")))
+    judged = [judge_node(cmp, i, (), detail="verdict") for i in range(len(cmp))]
+    passes = [r for result, _, r in judged if type(result) is NodeResult and r["status"] == "pass"]
+    failures = [r for result, _, r in judged if result.status == "fail"]
+    assert passes and failures
+    assert all(set(r) == {"npu_name", "step", "rank", "status", "order"} for r in passes)
+    assert all("rows" in r and "reason" in r for r in failures)
+    full = judge_node(cmp, passes[0]["order"], (), detail="record")[2]
+    assert {k: full[k] for k in passes[0]} == passes[0]

@@ -120,12 +120,13 @@ def plain_record(plain: PlainPass, *, rows: bool = True) -> dict[str, Any]:
     }
 
 
-def verdict_record(plain: PlainPass) -> dict[str, Any]:
-    """A plain pass's record where no JSON document, report or Markdown summary is written:
+def verdict_record(passed: PlainPass | NodeResult) -> dict[str, Any]:
+    """A passing node's record where no JSON document, report or Markdown summary is written:
     what the verdict and the terminal summary read of a pass (a sixth of ``plain_record``'s
     size: ~90 MB less at 100k nodes; with the order judge_node adds, five keys, the most a
-    dict holds in its smallest size). JSON-native as built."""
-    return {"npu_name": plain.npu.name, "step": plain.step, "rank": plain.rank,
+    dict holds in its smallest size). JSON-native as built: a pytest-xdist worker sends it
+    to the controller as a few dozen bytes, not the full record's few hundred."""
+    return {"npu_name": passed.npu.name, "step": passed.step, "rank": passed.rank,
             "status": "pass"}
 
 

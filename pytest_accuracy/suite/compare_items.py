@@ -111,7 +111,10 @@ def judge_node(cmp: Comparison, index: int, ahead: Sequence[int] | None, *,
     result = cmp.node(index, ahead=ahead)
     # Each failing node describes itself; the controller picks the earliest (xdist-safe).
     own = describe(cmp, cmp.with_inputs(index)) if result.status == "fail" else None
-    record = node_record(result, own, rows=detail == "rows")
+    if detail == "verdict" and result.status == "pass":
+        record = verdict_record(result)  # all a gate reads of a pass, tensor nodes too
+    else:
+        record = node_record(result, own, rows=detail == "rows")
     record["order"] = index
     if own is not None:
         record["first"] = {**own.as_dict(), "index": own.index}
