@@ -344,6 +344,28 @@ def test_invalid_json_names_the_same_error_with_and_without_msgspec(
     assert fast.value.problem.startswith("not valid JSON")
 
 
+@pytest.mark.parametrize("raw", [
+    b'{"a": [1, 2,]}', b'{"a": "x\xff"}', b'{"a": NaN, "b": -Infinity}', b"[" * 100_000,
+    b'{"a": 1' + b"0" * 200 + b"}", b"", b'{"a": [1, 2]}', b"\xef\xbb\xbf{}",
+    b'{"a": "\\ud800"}', b'{"a": 1} x', b'{"a": "\\x"}', b'{"a": [1, 2]'])
+def test_checking_json_refuses_what_parsing_it_refuses(tmp_path: Path, raw: bytes) -> None:
+    """stack.json is checked at load without building its tree (check_json): the same
+    verdict and the same message as parsing it, for each kind of bad text."""
+    from pytest_accuracy.dumps.jsonfile import check_json, parse_json
+
+    path = tmp_path / "stack.json"
+    outcomes = []
+    for read in (parse_json, check_json):
+        try:
+            read(path, raw)
+            outcomes.append("read")
+        except AccuracyInputError as exc:
+            outcomes.append(exc.problem)
+    assert outcomes[0] == outcomes[1]
+    expected_ok = raw in (b'{"a": NaN, "b": -Infinity}', b'{"a": [1, 2]}', b'{"a": "\\ud800"}')
+    assert (outcomes[0] == "read") == expected_ok
+
+
 def test_real_dumps_read_alike_with_msgspec_and_json() -> None:
     """Every bundled real msprobe dump.json: msgspec's tree is json.loads' tree, to the bit,
     and so is the tree of the split read (records parsed one at a time, as read_dump does)."""

@@ -10,6 +10,7 @@ from typing import Any
 
 from pytest_accuracy.dumps.framework import infer_framework
 from pytest_accuracy.dumps.jsonfile import (
+    check_json,
     node_record,
     parse_json,
     read_bytes,
@@ -110,7 +111,7 @@ def _read_stacks(path: Path) -> StackIndex | None:
     if not path.exists():
         return None
     raw = read_bytes(path)
-    parse_json(path, raw)  # its errors are the dump's, now
+    check_json(path, raw)  # its errors are the dump's, now
     # the text is read again when a stack is first asked, not kept (8 MB a 100k-node side):
     # a file changed since is refused, not read as this dump's stacks
     digest = hashlib.blake2b(raw, digest_size=16).digest()
