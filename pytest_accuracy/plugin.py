@@ -26,6 +26,7 @@ from pytest_accuracy.options import INPUT_DESTS, OPTIONS
 
 _NODE_PREFIX = "accuracy::"
 SELECTED_KEY = pytest.StashKey[list[str]]()
+AUTO_WORKERS_KEY = pytest.StashKey[str]()  # why -n auto ran without workers
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -97,6 +98,18 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(ReadAhead(config), "accuracy-readahead")
     config.pluginmanager.register(LightProtocol(config), "accuracy-protocol")
     config.pluginmanager.register(HeapSettings(config), "accuracy-heap")
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` (pytest-xdist) on a compare of dumps with no tensor files: no workers."""
+    from pytest_accuracy.suite.auto_workers import auto_workers
+
+    return auto_workers(config)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    return config.stash.get(AUTO_WORKERS_KEY, None)
 
 
 def _check_outputs(config: pytest.Config, setting: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -56,6 +57,31 @@ def load_dumps(
         if (step_set is None or step in step_set) and (rank_set is None or rank in rank_set):
             dumps[(step, rank)] = read_dump(dump_json, step=step, rank=rank, confine=confine)
     return DumpSet(root=root, dumps=dumps)
+
+
+def holds_tensor_files(path: str | Path) -> bool | None:
+    """Whether the msprobe dumps under ``path`` have tensor files (a ``dump_tensor_data``
+    folder with entries beside a dump.json); None where the folders alone do not tell (no
+    such path, no dump.json found, MindSpore's native Dump). Reads no file."""
+    root = Path(path)
+    try:
+        if not root.exists() or _is_native(root) or (root.is_file()
+                                                     and root.name != "dump.json"):
+            return None
+        found = _locate(root)
+    except OSError:
+        return None  # collection says what is wrong with the path
+    if not found:
+        return None
+    return any(_has_entries(dump_json.parent / "dump_tensor_data") for _, _, dump_json in found)
+
+
+def _has_entries(folder: Path) -> bool:
+    try:
+        with os.scandir(folder) as entries:
+            return next(entries, None) is not None
+    except OSError:  # not there, not a folder, not readable
+        return False
 
 
 def _filter(dumps: DumpSet, steps: Iterable[int] | None, ranks: Iterable[int] | None) -> DumpSet:

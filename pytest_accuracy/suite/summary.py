@@ -10,14 +10,8 @@ from typing import Any
 
 import pytest
 
-from pytest_accuracy.report.document import (
-    build_document,
-    compare_section,
-    write_compare_csv,
-    write_html,
-    write_json,
-)
-from pytest_accuracy.report.records import json_native
+# The report (and with it numpy and the compare core) is imported where a record or the
+# outputs are made: an xdist controller makes neither before it has started its workers.
 from pytest_accuracy.suite import NATIVE_KEY, RECORD_KEY
 from pytest_accuracy.suite.state import STATE_KEY
 from pytest_accuracy.text import escape_controls
@@ -67,6 +61,8 @@ class AccuracyResults:
         else:
             record = None
         if record is not None:
+            from pytest_accuracy.report.records import json_native
+
             # a region item of plain passes vouches for its record (report.records.json_native)
             native = item.stash.get(NATIVE_KEY, None)
             if self.worker or not (native if native is not None else json_native(record)):
@@ -169,6 +165,14 @@ class AccuracyResults:
                 write_markdown(config, doc)
 
     def write_outputs(self, exitstatus: int, json_path: Any, report_dir: Any) -> dict[str, Any]:
+        from pytest_accuracy.report.document import (
+            build_document,
+            compare_section,
+            write_compare_csv,
+            write_html,
+            write_json,
+        )
+
         self._in_order()
         state = self.config.stash[STATE_KEY]
         summary: dict[str, Any] = {"first_divergence": _public_first(self.first),

@@ -1,0 +1,35 @@
+"""How many pytest-xdist workers ``-n auto`` starts for a compare."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pytest_accuracy.dumps.layout import holds_tensor_files
+from pytest_accuracy.settings import setting
+
+#: pytest-xdist's own override of ``-n auto``: a count the user chose, never second-guessed.
+XDIST_AUTO_ENV = "PYTEST_XDIST_AUTO_NUM_WORKERS"
+
+
+def auto_workers(config: pytest.Config) -> int | None:
+    """0 where the NPU dump has no tensor files (statistics, md5), else None (xdist's count).
+
+    Each worker reads both runs' dump.json files and makes the metadata scan itself, and
+    for a statistics compare that is most of the run: ``-n 2`` took 1.5x the serial time on
+    20k nodes (benchmarks/README.md). With tensor files the compare's reading and arithmetic
+    are shared out, and pay.
+    """
+    from pytest_accuracy.plugin import AUTO_WORKERS_KEY
+
+    npu = setting(config, "npu")
+    if os.environ.get(XDIST_AUTO_ENV) or not npu or setting(config, "merge"):
+        return None
+    if holds_tensor_files(str(npu)) is not False:
+        return None
+    config.stash[AUTO_WORKERS_KEY] = (
+        "accuracy: -n auto runs in this one process: the NPU dump holds no tensor files "
+        "(statistics or md5), and each worker would read both runs' metadata again, most of "
+        "such a run; give -n N to start workers anyway")
+    return 0
