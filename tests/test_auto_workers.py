@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,17 @@ def test_auto_with_tensor_files_or_a_count_chosen_is_xdists(pytester: pytest.Pyt
     chosen = _run(pytester, "mix_statistics", "-n", "auto")
     chosen.stdout.fnmatch_lines(["created: 2/2 workers"])
     assert HEADER not in chosen.stdout.str()
+
+
+
+def test_auto_reads_the_dump_an_ini_file_names_relative_to_that_file(
+        pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    ini_dir = pytester.path / "ci"
+    for side, name in (("pt_bug", "npu"), ("pt_fp32", "bench")):
+        shutil.copytree(dump(side, "mix_statistics"), ini_dir / name)
+    (ini_dir / "pytest.ini").write_text("[pytest]\nacc_npu = npu\nacc_bench = bench\n")
+    result = pytester.runpytest_subprocess("-c", str(ini_dir / "pytest.ini"),
+                                           "-p", "no:cacheprovider", "-n", "auto")
+    result.stdout.fnmatch_lines([f"{HEADER}*"])
+    assert "created:" not in result.stdout.str()

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from pytest_accuracy.dumps.layout import holds_tensor_files
-from pytest_accuracy.settings import setting
+from pytest_accuracy.settings import path_setting, setting
 
 #: pytest-xdist's own override of ``-n auto``: a count the user chose, never second-guessed.
 XDIST_AUTO_ENV = "PYTEST_XDIST_AUTO_NUM_WORKERS"
@@ -23,10 +23,10 @@ def auto_workers(config: pytest.Config) -> int | None:
     """
     from pytest_accuracy.plugin import AUTO_WORKERS_KEY
 
-    npu = setting(config, "npu")
-    if os.environ.get(XDIST_AUTO_ENV) or not npu or setting(config, "merge"):
+    npu = path_setting(config, "npu")  # an ini file's path: relative to the ini file
+    if os.environ.get(XDIST_AUTO_ENV) or npu is None or setting(config, "merge"):
         return None
-    if holds_tensor_files(str(npu)) is not False:
+    if holds_tensor_files(npu) is not False:
         return None
     config.stash[AUTO_WORKERS_KEY] = (
         "accuracy: -n auto runs in this one process: the NPU dump holds no tensor files "
