@@ -103,13 +103,28 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto`` (pytest-xdist) on a compare of dumps with no tensor files: no workers."""
+    if not _npu_given(config):
+        return None  # a project's own tests: xdist's count, and nothing of ours imported
     from pytest_accuracy.suite.auto_workers import auto_workers
 
     return auto_workers(config)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
-    return config.stash.get(AUTO_WORKERS_KEY, None)
+    if AUTO_WORKERS_KEY in config.stash:
+        return config.stash[AUTO_WORKERS_KEY]
+    if (getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput")
+            and _npu_given(config)):
+        from pytest_accuracy.suite.auto_workers import workers_note
+
+        return workers_note(config)
+    return None
+
+
+def _npu_given(config: pytest.Config) -> bool:
+    from pytest_accuracy.settings import setting
+
+    return bool(setting(config, "npu"))
 
 
 def _check_outputs(config: pytest.Config, setting: Any) -> None:

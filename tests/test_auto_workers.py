@@ -57,8 +57,20 @@ def test_auto_with_tensor_files_or_a_count_chosen_is_xdists(pytester: pytest.Pyt
     assert "created:" in tensors.stdout.str() and HEADER not in tensors.stdout.str()
     monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "2")  # the user's own count
     chosen = _run(pytester, "mix_statistics", "-n", "auto")
-    chosen.stdout.fnmatch_lines(["created: 2/2 workers"])
+    chosen.stdout.fnmatch_lines(["accuracy: -n 2 on a dump with no tensor files*",
+                                 "created: 2/2 workers"])
     assert HEADER not in chosen.stdout.str()
+
+
+def test_workers_asked_for_a_statistics_compare_are_started_with_a_note(
+        pytester: pytest.Pytester) -> None:
+    two = _run(pytester, "mix_statistics", "-n", "2")
+    two.stdout.fnmatch_lines(["accuracy: -n 2 on a dump with no tensor files (statistics or "
+                              "md5)*-n auto keeps it in one", "created: 2/2 workers"])
+    tensors = _run(pytester, "L1_tensor", "-n", "2")
+    assert "no tensor files" not in tensors.stdout.str()
+    serial = _run(pytester, "mix_statistics")
+    assert "no tensor files" not in serial.stdout.str()
 
 
 

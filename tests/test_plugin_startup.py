@@ -30,11 +30,17 @@ def _probe(pytester: pytest.Pytester, *args: str) -> tuple[set[str], set[str]]:
     return found["HEAVY"], found["OURS"]
 
 
-def test_a_plain_run_imports_nothing_heavy(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("workers", [[], ["-n", "auto"], ["-n", "2"]])
+def test_a_plain_run_imports_nothing_heavy(pytester: pytest.Pytester,
+                                           workers: list[str]) -> None:
+    """Also under pytest-xdist: the -n auto hook and the session header's note on workers
+    look at the dumps only where --acc-npu (or acc_npu) names one."""
+    if workers:
+        pytest.importorskip("xdist")
     pytester.makeconftest(PROBE)
     pytester.makepyfile(test_plain="def test_one():\n    assert True\n")
-    heavy, ours = _probe(pytester)
-    heavy_without, ours_without = _probe(pytester, "-p", "no:accuracy")
+    heavy, ours = _probe(pytester, *workers)
+    heavy_without, ours_without = _probe(pytester, "-p", "no:accuracy", *workers)
     assert ours_without == set()
     assert ours <= LIGHT, sorted(ours - LIGHT)
     # other installed plugins may import what they like; the plugin adds nothing heavy

@@ -23,13 +23,28 @@ def auto_workers(config: pytest.Config) -> int | None:
     """
     from pytest_accuracy.plugin import AUTO_WORKERS_KEY
 
-    npu = path_setting(config, "npu")  # an ini file's path: relative to the ini file
-    if os.environ.get(XDIST_AUTO_ENV) or npu is None or setting(config, "merge"):
-        return None
-    if holds_tensor_files(npu) is not False:
+    if os.environ.get(XDIST_AUTO_ENV) or not _metadata_only(config):
         return None
     config.stash[AUTO_WORKERS_KEY] = (
         "accuracy: -n auto runs in this one process: the NPU dump holds no tensor files "
         "(statistics or md5), and each worker would read both runs' metadata again, most of "
         "such a run; give -n N to start workers anyway")
     return 0
+
+
+def workers_note(config: pytest.Config) -> str | None:
+    """The session header's line where ``-n N`` starts workers for a statistics compare."""
+    workers = getattr(config.option, "numprocesses", None)
+    if not isinstance(workers, int) or workers < 1 or not _metadata_only(config):
+        return None
+    return (f"accuracy: -n {workers} on a dump with no tensor files (statistics or md5): each "
+            "worker reads both runs' metadata again, most of such a run, so one process is "
+            "faster; -n auto keeps it in one")
+
+
+def _metadata_only(config: pytest.Config) -> bool:
+    """A compare whose NPU dump is known to hold no tensor files."""
+    npu = path_setting(config, "npu")  # an ini file's path: relative to the ini file
+    if npu is None or setting(config, "merge"):
+        return False
+    return holds_tensor_files(npu) is False
