@@ -179,3 +179,29 @@ def test_the_divergence_line_is_on_the_axes_with_its_legend_label() -> None:
         assert line.get_label() == "diverges from step 153"
     finally:
         plt.close(fig)
+
+
+def test_a_marker_hidden_under_a_later_one_of_the_same_look_is_not_drawn() -> None:
+    """20k exact matches: about one circle per 0.1 px; each drawn circle is the last of its
+    spot (the one a pointer finds) and counts the others; a marker of another look between
+    them is kept in its place."""
+    points = [Point(i, 0.0, "pass", f"#{i} n{i}") for i in range(20_000)]
+    points[7] = Point(7, 0.0, "fail", "#7 n7")
+    svg = error_chart(points, first_x=None, title="t")
+    circles = re.findall(r"<circle cx='([\d.]+)' cy='([\d.]+)' r='[\d.]+' fill='([^']+)'"
+                         r"[^>]*><title>#(\d+) n\d+(?: \(and (\d+) more nodes? drawn here\))?"
+                         r"</title>", svg)
+    assert len(circles) == svg.count("<circle") < 12_000
+    spots = [(cx, cy, fill) for cx, cy, fill, _, _ in circles]
+    assert len(set(spots)) == len(spots)  # no spot drawn twice alike
+    shown = [int(i) for _, _, _, i, _ in circles]
+    assert shown == sorted(shown) and 7 in shown  # in drawing order; the fail kept
+    assert sum(1 + int(more or 0) for *_, more in circles) == len(points)  # every node counted
+    # each pass drawn is the last of the run of passes at its spot, and counts that run
+    previous = -1
+    for _, _, _, index, more in circles:
+        i = int(index)
+        if i == 7:
+            continue
+        assert i - previous - (previous < 7 < i) == 1 + int(more or 0)
+        previous = i
