@@ -84,14 +84,12 @@ def _markers(points: Sequence[Point], sx: Callable[[int], float],
     SVG 16.8 -> ~1.7 MB). The one drawn is the last, the one a pointer finds, as before; its
     title counts the nodes it stands for."""
     drawn = [(p, f"{sx(p.x):.1f}", f"{sy(p.error):.1f}") for p in points if p.error is not None]
-    last: dict[tuple[str, str, str], int] = {}
-    for i, (p, x, y) in enumerate(drawn):
-        last[(x, y, p.status)] = i
-    if len(last) == len(drawn):
-        return [_circle(p, x, y) for p, x, y in drawn]
-    hidden = Counter((x, y, p.status) for p, x, y in drawn)
-    return [_circle(p, x, y, hidden[(x, y, p.status)] - 1)
-            for i, (p, x, y) in enumerate(drawn) if last[(x, y, p.status)] == i]
+    looks = [(x, y, p.status) for p, x, y in drawn]
+    last = {look: i for i, look in enumerate(looks)}
+    count = Counter(looks)
+    return [_circle(p, x, y, count[look] - 1)
+            for i, ((p, x, y), look) in enumerate(zip(drawn, looks, strict=True))
+            if last[look] == i]
 
 
 def _y_axis(exponents: range, sy: Callable[[float], float], x0: int, x1: int) -> list[str]:
