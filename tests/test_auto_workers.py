@@ -73,7 +73,6 @@ def test_workers_asked_for_a_statistics_compare_are_started_with_a_note(
     assert "no tensor files" not in serial.stdout.str()
 
 
-
 def test_auto_reads_the_dump_an_ini_file_names_relative_to_that_file(
         pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")

@@ -150,7 +150,8 @@ def test_json_nodes_encoded_in_batches_are_the_per_node_lines(
 def test_node_table_rows_are_the_markup_they_were() -> None:
     """Rows of every kind (pass, carried, first and carried, waived, skip, no status), as the
     table wrote them one helper per cell (tests/data/report/node_table_rows.html)."""
-    from pytest_accuracy.report.html_compare import compare_sections
+    from pytest_accuracy.report.html_compare import compare_section_parts
+    from pytest_accuracy.report.html_page import joined
 
     nodes: list[dict[str, Any]] = [
         {"npu_name": "Module.layers.0.Linear.forward.0",
@@ -178,7 +179,8 @@ def test_node_table_rows_are_the_markup_they_were() -> None:
          "rank": 0, "status": None, "cosine": True, "max_abs_err": 7},
     ]
     criteria = {"tolerances": {"float16": {"rel_err": 0.005}, "bfloat16": {"rel_err": 0.04}}}
-    table = compare_sections({"nodes": nodes, "first_divergence": None}, criteria)[-1]
+    table = joined(compare_section_parts({"nodes": nodes, "first_divergence": None},
+                                         criteria)[-1])
     expected = ROWS_HTML.read_text(encoding="utf-8").splitlines()
     assert "<tbody>" + "".join(expected) + "</tbody>" in table
 

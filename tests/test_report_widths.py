@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from pytest_accuracy.report.html import render
-from pytest_accuracy.report.html_compare import compare_sections
+from pytest_accuracy.report.html_compare import compare_section_parts
 from pytest_accuracy.report.html_logs import config_section, precheck_section
-from pytest_accuracy.report.html_page import STYLE
+from pytest_accuracy.report.html_page import STYLE, joined
 from pytest_accuracy.report.svg import COLOURS, Point, error_chart, x_ticks
 from tests.helpers import ROOT
 
@@ -38,7 +38,7 @@ def _compare() -> dict[str, Any]:
 
 
 def _html() -> str:
-    return "".join(compare_sections(_compare(), {}))
+    return "".join(joined(p) for p in compare_section_parts(_compare(), {}))
 
 
 def _rules(selector_part: str) -> list[str]:

@@ -61,8 +61,8 @@ def resolve_data_path(root: Path, data_name: str, within: Path | None = None) ->
             root,
             f"data_name {brief(data_name)} is absolute; it must be relative to the dump directory",
         )
-    base = _data_dir(root, within, data_name)
-    if "/" not in data_name and "\\" not in data_name and data_name not in (".", ".."):
+    base = _checked_dir(root, within, data_name)[0]
+    if _plain_name(data_name):
         target = base / data_name
         try:
             if not stat.S_ISLNK(os.lstat(target).st_mode):
@@ -85,17 +85,9 @@ def resolve_data_path(root: Path, data_name: str, within: Path | None = None) ->
     return target
 
 
-def _data_dir(root: Path, within: Path | None, data_name: str) -> Path:
-    """``root`` resolved, once it is known to lie inside ``within`` (cached per process)."""
-    return _checked_dir(root, within, data_name)[0]
-
-
-def _data_dir_text(root: Path, within: Path | None, data_name: str) -> str:
-    """``_data_dir`` as text ending in a separator, for joining a plain file name to it."""
-    return _checked_dir(root, within, data_name)[1]
-
-
 def _checked_dir(root: Path, within: Path | None, data_name: str) -> tuple[Path, str]:
+    """``root`` resolved, once it is known to lie inside ``within`` (cached per process), and
+    as text ending in a separator, for joining a plain file name to it."""
     key = (root, within)
     known = _DATA_DIRS.get(key)
     if known is not None:
@@ -191,7 +183,7 @@ def load_data(root: Path, data_name: str, within: Path | None = None) -> np.ndar
     """
     if not _plain_name(data_name):
         return load_array(resolve_data_path(root, data_name, within))
-    target = _data_dir_text(root, within, data_name) + data_name
+    target = _checked_dir(root, within, data_name)[1] + data_name
     try:
         info = os.lstat(target)
     except (OSError, ValueError):

@@ -15,7 +15,6 @@ from pytest_accuracy.report.html_page import (
     esc,
     filter_controls,
     fmt,
-    joined,
     section,
     section_parts,
 )
@@ -65,10 +64,6 @@ def own_error(node: dict[str, Any]) -> float | None:
     if node.get("status") in ("pass", "fail"):
         return node_error(node)
     return None
-
-
-def compare_sections(compare: dict[str, Any], criteria: dict[str, Any]) -> list[str]:
-    return [joined(part) for part in compare_section_parts(compare, criteria)]
 
 
 def compare_section_parts(compare: dict[str, Any], criteria: dict[str, Any]) -> list[Part]:

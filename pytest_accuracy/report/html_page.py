@@ -113,17 +113,13 @@ def fmt(value: Any) -> str:
 Part = str | Iterable[str]
 
 
-def page(title: str, verdict: str, subtitle: str, sections: Sequence[Part], footer: str) -> str:
-    return "\n".join(joined(p) for p in page_parts(title, verdict, subtitle, sections, footer))
-
-
 def joined(part: Part) -> str:
     return part if isinstance(part, str) else "".join(part)
 
 
 def page_parts(title: str, verdict: str, subtitle: str, sections: Sequence[Part],
                footer: str) -> list[Part]:
-    """The page's lines, which ``page`` joins with newlines (each a string, or pieces to join
+    """The page's lines, which ``html.render`` joins with newlines (each a string, or pieces to join
     without one): a writer may write them piece by piece, never joined, where a 100k-node
     table and its page joined were the report run's peak memory."""
     return [
