@@ -29,6 +29,14 @@ from pathlib import Path
 import numpy as np
 
 from pytest_accuracy.dumps.model import Call, Dump, TensorRecord
+from pytest_accuracy.pairing.anchors import (
+    anchor,
+    close,
+    fingerprint,
+    is_identity,
+    leading,
+    width,
+)
 from pytest_accuracy.pairing.backward import incomparable_backward
 from pytest_accuracy.pairing.base import PairMap
 from pytest_accuracy.pairing.dp import (
@@ -131,12 +139,12 @@ class _Aligner:
         mods_a = _calls(self.npu, "module", "forward")
         mods_b = _calls(self.bench, "module", "forward")
         self._anchor_paths(mods_a, mods_b)
-        self._align([c for c in mods_a if not self._done(c)],
-                    [c for c in mods_b if c.name not in self.used], module=True)
+        self._anchored([c for c in mods_a if not self._done(c)],
+                       [c for c in mods_b if c.name not in self.used], module=True)
         self._follow_instances()
         apis_a = _calls(self.npu, "api", "forward")
         apis_b = _calls(self.bench, "api", "forward")
-        self._align(apis_a, apis_b, module=False)
+        self._anchored(apis_a, apis_b, module=False)
         self._follow_forward()
         for kind, module in (("api", False), ("module", True), ("params_grad", True)):
             direction = "params_grad" if kind == "params_grad" else "backward"
@@ -170,6 +178,42 @@ class _Aligner:
         return res
 
     # ----------------------------------------------------------------- sequence alignment
+
+    def _anchored(self, a: list[Call], b: list[Call], *, module: bool) -> None:
+        """Calls that make the same value pair first (value anchors); the calls between two
+        anchors are aligned among themselves, never across an anchor."""
+        pins = anchor(a, b)
+        if pins:
+            sa, sb = self._features(a, npu=True), self._features(b, npu=False)
+            terms = MODULE_TERMS if module else API_TERMS
+        for i, j in pins:
+            _, how = explain(sa, sb, i, j, terms, op=not module)
+            self._add(a[i].name, b[j].name, 1.0,
+                      f"same value ({_value_words(a[i], b[j])}); {how}")
+        bounds = [(-1, -1), *pins, (len(a), len(b))]
+        for (i0, j0), (i1, j1) in pairwise(bounds):
+            self._align([c for c in a[i0 + 1 : i1] if not self._done(c)],
+                        [c for c in b[j0 + 1 : j1] if c.name not in self.used], module=module)
+            if not module and i1 < len(a) and j1 < len(b):
+                self._anchor_region(a, b, range(i0 + 1, i1 + 1), range(j0 + 1, j1 + 1))
+
+    def _anchor_region(self, a: list[Call], b: list[Call], rows: range, cols: range) -> None:
+        """An anchor of two different ops that ends a run of calls left unpaired on one side
+        only: a fused call against the chain it replaces, equal at the region's boundary."""
+        i, j = rows[-1], cols[-1]
+        if self.amap.base_op(api_name(a[i])) == self.amap.base_op(api_name(b[j])):
+            return
+        mine = [k for k in rows[:-1] if not self._done(a[k])]
+        theirs = [k for k in cols[:-1] if b[k].name not in self.used]
+        if bool(mine) == bool(theirs) or all(is_identity(c) for c in (
+                [a[k] for k in mine] + [b[k] for k in theirs])):
+            return
+        run, calls = (theirs, b) if theirs else (mine, a)
+        self.result.regions[a[i].name] = (
+            f"{len(run) + 1} calls, {api_name(calls[run[0]])} .. "
+            f"{api_name(calls[j if theirs else i])}")
+        self.result.evidence[a[i].name] = (f"region: {self.result.evidence[a[i].name]}; "
+                                           f"the other run makes {self.result.regions[a[i].name]}")
 
     def _align(self, a: list[Call], b: list[Call], *, module: bool) -> None:
         if not a or not b:
@@ -312,6 +356,8 @@ class _Aligner:
             other = theirs.get(key)
             if call is None or other is None:
                 continue
+            if call.op != other.op and not _same_value(call, other):
+                continue  # one path, two things (x-transformers' layers.1 is a block's FFN)
             same = "same class" if call.op == other.op else f"class {call.op}~{other.op}"
             self._add(call.name, other.name, 1.0 if call.op == other.op else 0.9,
                       f"same module path {key[0] or '(root)'}; {same}")
@@ -359,6 +405,21 @@ class _Aligner:
 
 _API_COLUMNS = ("out", "out_sq", "inp", "full", "base", "alt0", "alt1", "parent", "name")
 _COLUMNS = (*_API_COLUMNS, "cls", "params", "depth", "nums")
+
+
+def _same_value(a: Call, b: Call) -> bool:
+    ra, rb = leading(a), leading(b)
+    fa = fingerprint(ra) if ra is not None else None
+    fb = fingerprint(rb) if rb is not None else None
+    return (fa is not None and fb is not None and ra is not None and rb is not None
+            and close(fa, fb, width(ra.dtype, rb.dtype)))
+
+
+def _value_words(a: Call, b: Call) -> str:
+    ra, rb = leading(a), leading(b)
+    if ra is None or rb is None:
+        return "outputs"
+    return f"{ra.numel} elements, Norm {ra.stats.values()[0]:.6g} vs {rb.stats.values()[0]:.6g}"
 
 
 def _op_overlap(sa: Seq, sb: Seq) -> tuple[np.ndarray, np.ndarray]:

@@ -35,6 +35,11 @@ def pair_runs(npu: Dump, bench: Dump) -> AlignmentResult:
     if npu.framework != bench.framework:
         return auto_pairing(npu, bench)
     shifted = shifted_apis(npu, bench)
+    other = other_code(npu, bench, shifted)
+    if other:
+        result = auto_pairing(npu, bench)
+        result.why_aligned = other
+        return result
     result = AlignmentResult(by_name=not shifted)
     if shifted:
         result.why_aligned = "; ".join(
@@ -54,6 +59,26 @@ def pair_runs(npu: Dump, bench: Dump) -> AlignmentResult:
     result.pairs = PairMap(result.pairs)
     result.pairs.regions = dict(result.regions)
     return result
+
+
+def other_code(npu: Dump, bench: Dump, shifted: Mapping[str, object]) -> str:
+    """Why the two runs are two codebases (names then say nothing), or "" for one code.
+
+    One code calls the same APIs in the same order, up to the APIs a bug or a precision adds
+    or drops (``shifted``), and names its modules alike."""
+    mine = [_api(c) for c in _forward_apis(npu) if _api(c) not in shifted]
+    theirs = [_api(c) for c in _forward_apis(bench) if _api(c) not in shifted]
+    if mine != theirs:
+        return "the two runs call their APIs in a different order (two codebases)"
+    paths_a = {module_scope(c) for c in npu.calls if c.kind == "module"}
+    paths_b = {module_scope(c) for c in bench.calls if c.kind == "module"}
+    if paths_a and paths_b and len(paths_a & paths_b) < 0.5 * min(len(paths_a), len(paths_b)):
+        return "the two runs name their modules differently (two codebases)"
+    return ""
+
+
+def _forward_apis(dump: Dump) -> list[Call]:
+    return [c for c in dump.calls if c.kind == "api" and c.direction == "forward"]
 
 
 def _by_path(result: AlignmentResult, call: Call, theirs: Call | None) -> None:
