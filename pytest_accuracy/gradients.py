@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from pytest_accuracy.compare.criteria import CompareCriteria, judge_tensor, less_precise
+from pytest_accuracy.compare.judge import another_layout
 from pytest_accuracy.compare.metrics import tensor_metrics
 from pytest_accuracy.dumps.model import Dump, DumpSet, TensorRecord
 from pytest_accuracy.errors import AccuracyInputError
@@ -373,8 +374,11 @@ def _step_grad(
     ratio = na / nb if na is not None and nb else None
     one_each = len(ga) == len(gb) == 1
     if use_data and one_each and ga[0].record.has_data and gb[0].record.has_data:
-        m = tensor_metrics(ga[0].record.load(), gb[0].record.load())
+        a, b = ga[0].record.load(), gb[0].record.load()
+        m = tensor_metrics(a, b)
         judged = judge_tensor(m, dtype, tol)
+        if not judged.ok:  # rows a weight conversion permuted (rotary q/k): one gradient
+            judged, m = another_layout(a, b, dtype, tol) or (judged, m)
         return StepGrad(step, ratio, m.cosine, m.rel_l2_err, not judged.ok, judged.detail)
     if ratio is None:
         return StepGrad(step, None, None, None, False, "no norm recorded on one side")

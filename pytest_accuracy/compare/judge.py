@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,12 +12,13 @@ import numpy as np
 from pytest_accuracy.compare.criteria import (
     CompareCriteria,
     Judgement,
+    Tolerance,
     judge_md5,
     judge_stats,
     judge_tensor,
     less_precise,
 )
-from pytest_accuracy.compare.metrics import stats_metrics, tensor_metrics
+from pytest_accuracy.compare.metrics import TensorMetrics, stats_metrics, tensor_metrics
 from pytest_accuracy.compare.results import NodeResult, TensorComparison
 from pytest_accuracy.dumps.model import FLOAT_EPS, Call, TensorRecord, is_float_dtype
 from pytest_accuracy.errors import AccuracyInputError
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
 # A recorded Norm and the norm of the file's values, both of the same tensor, differ by the
 # rounding of two summations (msprobe sums in the tensor's dtype or float32): this many eps.
 _NORM_SLACK = 64.0
+# Sorting is the layout-free compare of a tensor pair that fails element by element: bounded.
+_LAYOUT_MAX_ELEMENTS = 1 << 24
 
 
 def outputs_diverge_in_metadata(
@@ -141,9 +145,16 @@ def compare_tensor(
         _check_norm(npu, metrics.norm_npu)
         _check_norm(bench, metrics.norm_bench)
         judged = judge_tensor(metrics, dtype, tol)
+        if not judged.ok and kinds[0] == "float":
+            other = another_layout(*arrays, dtype, tol)
+            if other is not None:
+                return TensorComparison(npu.path, npu, bench, dtype, other[0], other[1],
+                                        "tensor")
         return TensorComparison(npu.path, npu, bench, dtype, judged, metrics, "tensor")
-    if npu.shape != bench.shape and _squeezed(npu.shape) != _squeezed(bench.shape):
-        # statistics and md5 carry no shape
+    if npu.shape != bench.shape and _squeezed(npu.shape) != _squeezed(bench.shape) and (
+            npu.md5 is not None or npu.numel != bench.numel):
+        # statistics carry no layout (Norm, Max, Min, Mean hold under any reshape or
+        # permutation): another layout of as many elements is compared on them
         judged = Judgement(False, f"shape differs: npu {list(npu.shape)} vs bench "
                            f"{list(bench.shape)}")
         return TensorComparison(npu.path, npu, bench, dtype, judged, None, "metadata")
@@ -157,6 +168,69 @@ def compare_tensor(
     return TensorComparison(
         npu.path, npu, bench, dtype, judge_stats(stats, dtype, tol), stats, "statistics"
     )
+
+
+def another_layout(npu: np.ndarray, bench: np.ndarray, dtype: str, tol: Tolerance
+                    ) -> tuple[Judgement, TensorMetrics] | None:
+    """The same values in another layout: a transpose, a view of another shape, or the last
+    dimension's entries permuted alike in every row (q/k rows a weight conversion permuted
+    for another rotary convention). Each candidate layout is compared element by element
+    with the same tolerance; a structural difference of two codebases, said in the
+    judgement. None where no layout makes the values agree."""
+    if npu.size != bench.size or npu.size == 0 or npu.size > _LAYOUT_MAX_ELEMENTS:
+        return None
+    for layout, candidate in _layouts(npu, bench.shape):
+        tried = [] if candidate is npu and npu.shape == bench.shape else [(layout, candidate)]
+        for how, arranged in (*tried, *_columns_matched(candidate, bench, layout)):
+            metrics = tensor_metrics(arranged, bench)
+            if metrics.status == "ok" and judge_tensor(metrics, dtype, tol).ok:
+                return Judgement(True, f"the same values {how} (npu {list(npu.shape)} vs "
+                                 f"bench {list(bench.shape)}): a layout of another codebase "
+                                 "or weight conversion"), metrics
+    return None
+
+
+def _layouts(npu: np.ndarray, shape: tuple[int, ...]) -> list[tuple[str, np.ndarray]]:
+    """``npu`` arranged into ``shape``: as it is, transposed, or reshaped in memory order."""
+    out: list[tuple[str, np.ndarray]] = []
+    if npu.shape == shape:
+        out.append(("in the same layout", npu))
+    elif npu.ndim == len(shape) and npu.ndim <= 5:
+        for axes in itertools.permutations(range(npu.ndim)):
+            if tuple(npu.shape[k] for k in axes) == shape and axes != tuple(range(npu.ndim)):
+                out.append((f"transposed {list(axes)}", npu.transpose(axes)))
+    if npu.shape != shape:
+        out.append(("reshaped", npu.reshape(shape)))
+    return out
+
+
+def _columns_matched(npu: np.ndarray, bench: np.ndarray, layout: str
+                     ) -> list[tuple[str, np.ndarray]]:
+    """``npu`` with the entries of its last (or first) dimension reordered to the bench's,
+    matched by the norm of each entry over the rest (one permutation for every row: a
+    weight's gradient whose rows a conversion permuted), where one exists."""
+    out: list[tuple[str, np.ndarray]] = []
+    if bench.ndim == 0 or npu.shape != bench.shape:
+        return out
+    where = "" if layout == "in the same layout" else f"{layout}, "
+    for axis, words in ((-1, "last"), (0, "first")):
+        if bench.ndim < 2 and axis == 0:
+            continue
+        a = np.moveaxis(npu, axis, -1).astype(np.float64)
+        b = np.moveaxis(bench, axis, -1).astype(np.float64)
+        cols = b.shape[-1] if b.ndim else 0
+        if cols < 2 or b.size // cols < 2:
+            continue
+        a2, b2 = a.reshape(-1, cols), b.reshape(-1, cols)
+        na, nb = np.sqrt((a2 * a2).sum(axis=0)), np.sqrt((b2 * b2).sum(axis=0))
+        oa, ob = np.argsort(na, kind="stable"), np.argsort(nb, kind="stable")
+        if np.array_equal(oa, ob) or not np.allclose(na[oa], nb[ob], rtol=1e-2, atol=0.0):
+            continue
+        arranged = np.empty_like(a2)
+        arranged[:, ob] = a2[:, oa]
+        out.append((f"{where}its {words} dimension permuted",
+                    np.moveaxis(arranged.reshape(b.shape), -1, axis)))
+    return out
 
 
 def dtype_kind(dtype: str) -> str:

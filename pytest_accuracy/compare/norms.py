@@ -95,9 +95,13 @@ def load_norm(call: Call, kind: str) -> NormCall:
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
         raise Unsupported("non-finite values in the norm's input or output")
     width = x.shape[-1]
-    # MindSpore's nn.LayerNorm names them gamma and beta
-    weight = _param(call, ("weight", "gamma"), width)
+    # MindSpore's nn.LayerNorm names them gamma and beta; x-transformers' RMSNorm g
+    weight = _param(call, ("weight", "gamma", "g", "scale"), width)
     bias = _param(call, ("bias", "beta"), width)
+    known = {"weight", "gamma", "g", "scale", "bias", "beta"}
+    unknown = [r.path for r in call.parameters if r.path.rsplit(".", 1)[-1] not in known]
+    if unknown:  # a replay with a weight of ones would call a right norm wrong
+        raise Unsupported(f"norm parameter(s) {', '.join(unknown)} of unknown role")
     x, y = x.reshape(-1, width), y.reshape(-1, width)
     if kind == "layer":
         x = x - x.mean(axis=1, keepdims=True)

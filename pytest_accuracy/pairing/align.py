@@ -28,8 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pytest_accuracy.dumps.model import Call, Dump, TensorRecord
+from pytest_accuracy.dumps.model import FLOAT_EPS, Call, Dump, TensorRecord
 from pytest_accuracy.pairing.anchors import (
+    LOOSE_WIDTH,
     anchor,
     close,
     fingerprint,
@@ -72,6 +73,9 @@ class AlignmentResult:
     pairs: dict[str, str] = field(default_factory=dict)
     # region-node pairs: NPU node -> the region of calls the other run makes instead, in words
     regions: dict[str, str] = field(default_factory=dict)
+    # NPU calls left unpaired between two value anchors: the other run computes that stretch
+    # with other calls, and the anchors' agreement covers it
+    inside: dict[str, str] = field(default_factory=dict)
     confidence: dict[str, float] = field(default_factory=dict)
     evidence: dict[str, str] = field(default_factory=dict)
     rejected: dict[str, tuple[str, float, str]] = field(default_factory=dict)
@@ -150,13 +154,14 @@ class _Aligner:
             direction = "params_grad" if kind == "params_grad" else "backward"
             rest_a = [c for c in _calls(self.npu, kind, direction) if not self._done(c)]
             rest_b = [c for c in _calls(self.bench, kind, direction) if c.name not in self.used]
-            self._align(rest_a, rest_b, module=module)
+            self._anchored(rest_a, rest_b, module=module)
         return self._finish()
 
     # ----------------------------------------------------------------- bookkeeping
 
     def _done(self, call: Call) -> bool:
-        return call.name in self.result.pairs or call.name in self.result.rejected
+        res = self.result
+        return call.name in res.pairs or call.name in res.rejected or call.name in res.inside
 
     def _add(self, npu: str, bench: str, conf: float, evidence: str) -> None:
         if bench in self.used or npu in self.result.pairs:
@@ -174,6 +179,8 @@ class _Aligner:
         order = {c.name: c.order for c in self.npu.calls}
         res.pairs = PairMap(sorted(res.pairs.items(), key=lambda kv: order[kv[0]]))
         res.pairs.regions = dict(res.regions)
+        res.inside = {k: v for k, v in res.inside.items() if k not in res.pairs}
+        res.pairs.inside = dict(res.inside)
         res.unmatched = [c.name for c in self.npu.calls if c.name not in res.pairs]
         return res
 
@@ -182,20 +189,48 @@ class _Aligner:
     def _anchored(self, a: list[Call], b: list[Call], *, module: bool) -> None:
         """Calls that make the same value pair first (value anchors); the calls between two
         anchors are aligned among themselves, never across an anchor."""
-        pins = anchor(a, b)
+        pins, crossing = anchor(a, b)
         if pins:
             sa, sb = self._features(a, npu=True), self._features(b, npu=False)
             terms = MODULE_TERMS if module else API_TERMS
-        for i, j in pins:
+        pins, crossing, swapped = _unswap(a, b, pins, crossing)
+        for i, j in swapped:
+            _, how = explain(sa, sb, i, j, terms, op=not module)
+            self._add(a[i].name, b[j].name, 1.0, f"in its place; its value is that of the "
+                      f"bench's next call of its kind, in the other order (a swap); {how}")
+        for i, j in sorted(pins + crossing):
             _, how = explain(sa, sb, i, j, terms, op=not module)
             self._add(a[i].name, b[j].name, 1.0,
                       f"same value ({_value_words(a[i], b[j])}); {how}")
+            if not module and a[i].name in self.result.pairs and not _same_op(
+                    self.amap, a[i], b[j]):
+                # another decomposition reaching the same value: only that value is shared
+                # (normalize's gradient against mul's; einsum against matmul's arguments)
+                self.result.regions[a[i].name] = f"{api_name(b[j])}, equal in value"
         bounds = [(-1, -1), *pins, (len(a), len(b))]
         for (i0, j0), (i1, j1) in pairwise(bounds):
+            closed = i0 >= 0 and i1 < len(a)
             self._align([c for c in a[i0 + 1 : i1] if not self._done(c)],
-                        [c for c in b[j0 + 1 : j1] if c.name not in self.used], module=module)
-            if not module and i1 < len(a) and j1 < len(b):
+                        [c for c in b[j0 + 1 : j1] if c.name not in self.used], module=module,
+                        substitute=not closed)
+            if not module and closed and j1 < len(b):
                 self._anchor_region(a, b, range(i0 + 1, i1 + 1), range(j0 + 1, j1 + 1))
+            if closed:
+                self._note_inside(a, b, range(i0 + 1, i1), range(j0 + 1, j1))
+
+    def _note_inside(self, a: list[Call], b: list[Call], rows: range, cols: range) -> None:
+        """Calls left unpaired between two anchors: two decompositions of one computation
+        (normalize against pow, mean, add, rsqrt), whose boundary values agree."""
+        theirs = [b[k] for k in cols if b[k].name not in self.used]
+        what = (f"{len(theirs)} other calls ({api_name(theirs[0])} .. {api_name(theirs[-1])})"
+                if len(theirs) > 1 else api_name(theirs[0]) if theirs else "no call")
+        before = a[rows.start - 1].name
+        after = a[rows.stop].name if rows.stop < len(a) else "the end"
+        for k in rows:
+            if not self._done(a[k]):
+                self.result.inside[a[k].name] = (
+                    f"between {before} and {after}, whose values agree with the bench's, the "
+                    f"bench computes this stretch with {what}: its effect is checked there")
 
     def _anchor_region(self, a: list[Call], b: list[Call], rows: range, cols: range) -> None:
         """An anchor of two different ops that ends a run of calls left unpaired on one side
@@ -215,7 +250,8 @@ class _Aligner:
         self.result.evidence[a[i].name] = (f"region: {self.result.evidence[a[i].name]}; "
                                            f"the other run makes {self.result.regions[a[i].name]}")
 
-    def _align(self, a: list[Call], b: list[Call], *, module: bool) -> None:
+    def _align(self, a: list[Call], b: list[Call], *, module: bool,
+               substitute: bool = True) -> None:
         if not a or not b:
             return
         sa, sb = self._features(a, npu=True), self._features(b, npu=False)
@@ -225,7 +261,8 @@ class _Aligner:
             # confidence below 0.4: leave it out of the DP (shorter, better-centred band).
             keep_a, keep_b = _op_overlap(sa, sb)
             self._align_kept(a, b, sa.take(keep_a), sb.take(keep_b), keep_a, keep_b, terms)
-            self._substitute(a, b, sa, sb)
+            # between two value anchors another op is another decomposition, not a bug
+            self._substitute(a, b, sa, sb, ops=substitute)
             return
         self._align_kept(a, b, sa, sb, np.arange(len(a)), np.arange(len(b)), terms)
 
@@ -246,7 +283,8 @@ class _Aligner:
             conf, evidence = explain(sa, sb, i, j, terms, op=not module)
             self._add(a[i].name, b[j].name, conf, evidence)
 
-    def _substitute(self, a: list[Call], b: list[Call], sa: Seq, sb: Seq) -> None:
+    def _substitute(self, a: list[Call], b: list[Call], sa: Seq, sb: Seq, *,
+                    ops: bool = True) -> None:
         """Between two aligned pairs, a call left over on each side with inputs and outputs
         of the same shapes (and enclosing module) is another op in the same place: gelu
         where the bench calls silu. Paired, so the compare names it; its op is the cause."""
@@ -256,8 +294,9 @@ class _Aligner:
         bounds = [(-1, -1), *anchors, (len(a), len(b))]
         for (i0, j0), (i1, j1) in pairwise(bounds):
             free = [j for j in range(j0 + 1, j1) if b[j].name not in self.used]
-            for i in range(i0 + 1, i1):
-                j = next((j for j in free if _substituted(sa, sb, i, j)), None)
+            for i in range(i0 + 1, i1) if ops else ():
+                j = next((j for j in free if _substituted(sa, sb, i, j)
+                          and _inputs_agree(a[i], b[j])), None)
                 if j is None or self._done(a[i]):
                     continue
                 free = [k for k in free if k > j]
@@ -282,6 +321,9 @@ class _Aligner:
             return
         run, one = (theirs, a[i].name) if len(mine) == 1 else (mine, b[j].name)
         calls = b if len(mine) == 1 else a
+        single = a[i] if len(mine) == 1 else b[j]
+        if not _inputs_agree(single, calls[run[0]]):
+            return  # a region reads what the call it replaces reads
         what = (f"{len(run)} calls, {api_name(calls[run[0]])} .. {api_name(calls[run[-1]])}")
         self._add(a[i].name, b[j].name, self.min_confidence,
                   f"region: {one} against the {what} the other run makes instead")
@@ -377,9 +419,30 @@ class _Aligner:
                 continue
             target_base, fwd = inst[base]
             target = target_base + c.name[len(base) :]
+            if c.direction == "backward" and not self._backward_comparable(c, fwd):
+                continue
             if self.bench.get(target) is not None:
                 conf = self.result.confidence[fwd]
                 self._add(c.name, target, conf, f"same module instance as {fwd}")
+
+    def _backward_comparable(self, call: Call, fwd: str) -> bool:
+        """A backward computes gradients of its forward's inputs: comparable only where the
+        forward pair takes inputs of the same layout, and of the same values where their
+        outputs agree (x-transformers' Residual(x, residual) against a decoder layer's x;
+        g * x against x * g). Else it is left out, saying why."""
+        npu_fwd, bench_fwd = self.npu.get(fwd), self.bench.get(self.result.pairs[fwd])
+        if npu_fwd is None or bench_fwd is None or self.npu.framework != self.bench.framework:
+            return True  # across frameworks the API map says which arguments correspond
+        ins_a, ins_b = npu_fwd.input_tensors, bench_fwd.input_tensors
+        same = sig(ins_a, squeeze=True) == sig(ins_b, squeeze=True)
+        if same and _same_value(npu_fwd, bench_fwd):
+            same = all(_same_record(x, y) for x, y in zip(ins_a, ins_b, strict=True))
+        if not same:
+            self.result.inside[call.name] = (
+                f"its forward {fwd} pairs with {bench_fwd.name} by their outputs, but they take "
+                "other inputs (in layout or value): their gradients are of other tensors, "
+                "compared where the inputs are made")
+        return same
 
     def _follow_forward(self) -> None:
         """``X.n.backward`` pairs with the backward of the bench partner of ``X.n.forward``."""
@@ -390,7 +453,7 @@ class _Aligner:
                 continue  # a region's backward is not the fused call's: other gradients
             target = partner.removesuffix("forward") + "backward"
             theirs = self.bench.get(target)
-            if theirs is None:
+            if theirs is None or not self._backward_comparable(c, fwd):
                 continue
             conf = self.result.confidence[fwd]
             notes = [f"backward of the pair {fwd} -> {partner}"]
@@ -413,6 +476,59 @@ def _same_value(a: Call, b: Call) -> bool:
     fb = fingerprint(rb) if rb is not None else None
     return (fa is not None and fb is not None and ra is not None and rb is not None
             and close(fa, fb, width(ra.dtype, rb.dtype)))
+
+
+_SWAP_REACH = 3  # calls apart: q and k projections, a gate and an up projection
+
+
+def _unswap(a: list[Call], b: list[Call], pins: list[tuple[int, int]],
+            crossing: list[tuple[int, int]]
+            ) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int]]]:
+    """Two calls of one kind whose values cross (the NPU's first makes the bench's second
+    value and the reverse) are a swap, not a reordering: values alone cannot tell, and the
+    order can (q and k weights swapped by a conversion, gate and up). Each pairs with the
+    call in its place (both read one value, as q and k projections read x); they bound the
+    alignment as the crossing anchors would."""
+    swapped: list[tuple[int, int]] = []
+    chain = list(pins)
+    for ic, jc in crossing:
+        for ik, jk in chain:
+            if (0 < abs(ic - ik) <= _SWAP_REACH and (ic - ik) * (jc - jk) < 0
+                    and len({_kind(a[ic]), _kind(a[ik]), _kind(b[jc]), _kind(b[jk])}) == 1
+                    and _inputs_agree(a[ic], a[ik]) and _inputs_agree(b[jc], b[jk])):
+                trial = sorted([c for c in chain if c != (ik, jk)] + [(ic, jk), (ik, jc)])
+                if all(x[1] < y[1] for x, y in pairwise(trial)):  # an order both keep
+                    chain = trial
+                    swapped += [(ic, jk), (ik, jc)]
+                    break
+    left = [c for c in crossing if c[0] not in {i for i, _ in swapped}]
+    return chain, left, sorted(swapped)
+
+
+def _kind(call: Call) -> str:
+    return api_name(call) if call.kind == "api" else call.op
+
+
+def _same_op(amap: ApiMap, a: Call, b: Call) -> bool:
+    mine, theirs = amap.to_pt(api_name(a)), amap.to_pt(api_name(b))
+    return amap.base_op(mine) == amap.base_op(theirs) or theirs in amap.alternatives.get(
+        amap.ms_key(api_name(a)), ())
+
+
+def _inputs_agree(a: Call, b: Call) -> bool:
+    """Another op in the same place reads the same value: its first float inputs agree (or
+    cannot be told apart: no statistics)."""
+    ra = next((r for r in a.input_tensors if r.dtype in FLOAT_EPS), None)
+    rb = next((r for r in b.input_tensors if r.dtype in FLOAT_EPS), None)
+    return ra is None or rb is None or _same_record(ra, rb)
+
+
+def _same_record(x: TensorRecord, y: TensorRecord) -> bool:
+    """Two records of one value up to the widest rounding (an fp32 record of a bf16 run is
+    only as close as bf16), or of values that cannot be told apart (no float statistics):
+    what tells another tensor (a residual's two inputs against a layer's one) from noise."""
+    fx, fy = fingerprint(x), fingerprint(y)
+    return fx is None or fy is None or close(fx, fy, LOOSE_WIDTH)
 
 
 def _value_words(a: Call, b: Call) -> str:

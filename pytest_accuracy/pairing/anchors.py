@@ -22,6 +22,7 @@ from pytest_accuracy.dumps.model import FLOAT_EPS, Call, TensorRecord
 # precise dtype, capped so that unrelated tensors of one size rarely meet.
 _ULPS = 1024.0
 _MAX_WIDTH = 0.03
+LOOSE_WIDTH = _MAX_WIDTH
 _IDENTITY_WIDTH = 1e-6  # a pass-through changes no value at all (up to a same-dtype copy)
 
 Print = tuple[int, float, float, float, float]  # numel, Norm, Max, Min, Mean
@@ -126,9 +127,11 @@ class ValueIndex:
         return sorted(found, key=lambda p: p.position)
 
 
-def anchor(a: Sequence[Call], b: Sequence[Call]) -> list[tuple[int, int]]:
+def anchor(a: Sequence[Call], b: Sequence[Call]) -> tuple[list[tuple[int, int]],
+                                                         list[tuple[int, int]]]:
     """Positions (i in ``a``, j in ``b``) whose calls make the same value, unique on both
-    sides, in an order both runs keep (the longest increasing chain of such matches)."""
+    sides: those in an order both runs keep (the longest increasing chain: the bounds the
+    rest is aligned between), and those made in another order (pairs all the same)."""
     mine, theirs = producers(a), producers(b)
     index, back = ValueIndex(theirs), ValueIndex(mine)
     found: list[tuple[int, int]] = []
@@ -136,7 +139,9 @@ def anchor(a: Sequence[Call], b: Sequence[Call]) -> list[tuple[int, int]]:
         hits = index.matches(p)
         if len(hits) == 1 and len(back.matches(hits[0])) == 1:
             found.append((p.position, hits[0].position))
-    return _increasing(found)
+    chain = _increasing(found)
+    kept = set(chain)
+    return chain, [f for f in found if f not in kept]
 
 
 def _increasing(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:

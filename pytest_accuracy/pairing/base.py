@@ -17,10 +17,13 @@ def pair_by_name(npu: Dump, bench: Dump) -> dict[str, str]:
 
 
 class PairMap(dict[str, str]):
-    """NPU node -> bench node, with the region-node pairs marked (``regions``)."""
+    """NPU node -> bench node, with the region-node pairs marked (``regions``) and the NPU
+    calls left unpaired between two calls whose values agree (``inside``: why, in words)."""
 
     regions: dict[str, str]
+    inside: dict[str, str]
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.regions = {}
+        self.inside = {}

@@ -61,13 +61,24 @@ def pair_runs(npu: Dump, bench: Dump) -> AlignmentResult:
     return result
 
 
+# One code with a bug or a precision change adds or drops a few calls (a cast, a mask op);
+# past this share of the forward calls, the runs are two codebases.
+_MOVED_SHARE = 0.25
+_MOVED_MIN = 8
+
+
 def other_code(npu: Dump, bench: Dump, shifted: Mapping[str, object]) -> str:
     """Why the two runs are two codebases (names then say nothing), or "" for one code.
 
     One code calls the same APIs in the same order, up to the APIs a bug or a precision adds
     or drops (``shifted``), and names its modules alike."""
-    mine = [_api(c) for c in _forward_apis(npu) if _api(c) not in shifted]
-    theirs = [_api(c) for c in _forward_apis(bench) if _api(c) not in shifted]
+    calls_a, calls_b = _forward_apis(npu), _forward_apis(bench)
+    mine = [_api(c) for c in calls_a if _api(c) not in shifted]
+    theirs = [_api(c) for c in calls_b if _api(c) not in shifted]
+    moved = max(len(calls_a) - len(mine), len(calls_b) - len(theirs))
+    if moved > max(_MOVED_SHARE * max(len(calls_a), len(calls_b)), _MOVED_MIN):
+        return (f"{moved} of their forward API calls are of APIs called a different number "
+                "of times (two codebases)")
     if mine != theirs:
         return "the two runs call their APIs in a different order (two codebases)"
     paths_a = {module_scope(c) for c in npu.calls if c.kind == "module"}

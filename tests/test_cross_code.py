@@ -1,0 +1,134 @@
+"""Two codebases, one math (issue 36): value anchors, pass-throughs, layouts of equal values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_accuracy.compare.criteria import CompareCriteria
+from pytest_accuracy.compare.judge import compare_tensor
+from pytest_accuracy.dumps.model import Call, Dump, Stats, TensorRecord
+from pytest_accuracy.pairing.anchors import anchor, is_identity
+from pytest_accuracy.pairing.runs import other_code, pair_runs
+
+
+def _stats(a: np.ndarray) -> Stats:
+    x = a.astype(np.float64)
+    return Stats(float(x.max()), float(x.min()), float(x.mean()), float(np.sqrt((x * x).sum())))
+
+
+def _rec(a: np.ndarray, path: str = "output.0", where: Path | None = None,
+         name: str = "") -> TensorRecord:
+    role = "output" if path.startswith("output") else "input"
+    if where is not None:
+        np.save(where / f"{name}.npy", a)
+    return TensorRecord(path, role, "float32", "torch.float32", tuple(a.shape), _stats(a),
+                        data_root=where, data_name=f"{name}.npy" if where else None,
+                        confine=where)
+
+
+def _call(name: str, out: np.ndarray, *ins: np.ndarray, order: int = 0) -> Call:
+    prefix, op, index, direction = name.split(".")[0], name.split(".")[-3], 0, "forward"
+    return Call(name, "api", direction, order, inputs=[_rec(x, f"input.{k}")
+                                                       for k, x in enumerate(ins)],
+                outputs=[_rec(out)], prefix=prefix, op=op, index=index)
+
+
+RNG = np.random.default_rng(7)
+X = RNG.standard_normal((2, 8, 32)).astype(np.float32)
+W = RNG.standard_normal((32, 32)).astype(np.float32)
+Y = (X @ W.T).astype(np.float32)
+Z = (Y * 1.5).astype(np.float32)
+
+
+def test_calls_of_other_names_anchor_on_their_values() -> None:
+    """One codebase squares with x*x and reshapes; the other calls pow and matmul: the calls
+    that make the same value pair, whatever their names; the reshape makes nothing."""
+    a = [_call("Tensor.__mul__.0.forward", X * X, X, X),
+         _call("Tensor.reshape.0.forward", Y.reshape(16, 32), Y),
+         _call("Functional.linear.0.forward", Y, X),
+         _call("Tensor.__mul__.1.forward", Z, Y)]
+    b = [_call("Tensor.pow.0.forward", X * X, X),
+         _call("Torch.matmul.0.forward", Y, X),
+         _call("Tensor.__mul__.0.forward", Z, Y)]
+    assert is_identity(a[1]) and not is_identity(a[0])
+    assert anchor(a, b) == ([(0, 0), (2, 1), (3, 2)], [])
+
+
+def test_a_value_made_twice_on_one_side_anchors_nothing() -> None:
+    a = [_call("Functional.linear.0.forward", Y, X)]
+    b = [_call("Functional.linear.0.forward", Y, X), _call("Torch.matmul.0.forward", Y, X)]
+    assert anchor(a, b) == ([(0, 0)], [])  # the repeat is no new value: b's first maker anchors
+    c = [_call("Functional.linear.0.forward", Y, X), _call("Tensor.__add__.0.forward", Z, X)]
+    d = [_call("Tensor.__add__.0.forward", Z, X), _call("Functional.linear.0.forward", Y, X)]
+    assert [len(x) for x in anchor(c, d)] == [1, 1]  # crossing: one bounds the alignment
+
+
+def test_a_mask_of_minus_1e9_does_not_hide_the_scores() -> None:
+    """Two masked score tensors share Norm (the mask's) and Min: their Max tells them apart."""
+    mask = np.triu(np.full((8, 8), -1e9, np.float32), 1)
+    s1 = (RNG.standard_normal((2, 4, 8, 8)) * 0.1).astype(np.float32) + mask
+    s2 = (RNG.standard_normal((2, 4, 8, 8)) * 0.1).astype(np.float32) + mask
+    a = [_call("Tensor.__add__.6.forward", s2, s2)]
+    b = [_call("Tensor.__add__.1.forward", s1, s1)]
+    assert anchor(a, b) == ([], [])
+
+
+def _dump(calls: list[Call], framework: str = "pytorch") -> Dump:
+    for k, c in enumerate(calls):
+        c.order = k
+    return Dump(Path("d"), framework, "L1", "tensor", 0, 0, calls)
+
+
+def test_one_framework_two_codebases_is_aligned_not_paired_by_name() -> None:
+    """Tensor.__mul__.0 is x*x in one codebase and the scaling in the other: same counts, other
+    order. Names would pair the square with the scaling; values pair each with its own."""
+    npu = _dump([_call("Tensor.__mul__.0.forward", X * X, X, X),
+                 _call("Functional.linear.0.forward", Y, X),
+                 _call("Tensor.__mul__.1.forward", Z, Y)])
+    bench = _dump([_call("Functional.linear.0.forward", Y, X),
+                   _call("Tensor.__mul__.0.forward", Z, Y),
+                   _call("Tensor.__mul__.1.forward", X * X, X, X)])
+    assert "different order" in other_code(npu, bench, {})
+    result = pair_runs(npu, bench)
+    assert not result.by_name
+    assert result.pairs == {"Tensor.__mul__.0.forward": "Tensor.__mul__.1.forward",
+                            "Functional.linear.0.forward": "Functional.linear.0.forward",
+                            "Tensor.__mul__.1.forward": "Tensor.__mul__.0.forward"}
+    assert result.evidence["Tensor.__mul__.0.forward"].startswith("same value (")
+    same = _dump([_call("Functional.linear.0.forward", Y, X)])
+    assert other_code(same, _dump([_call("Functional.linear.0.forward", Y, X)]), {}) == ""
+
+
+def _judge(npu: np.ndarray, bench: np.ndarray, tmp: Path) -> tuple[bool, str]:
+    t = compare_tensor(_rec(npu, where=tmp, name="n"), _rec(bench, where=tmp, name="b"),
+                       "float32", CompareCriteria())
+    return t.ok, t.judgement.detail
+
+
+@pytest.mark.parametrize(("what", "arrange", "words"), [
+    ("rotary rows permuted by a weight conversion",
+     lambda y: y[..., np.argsort(np.arange(32) % 2, kind="stable")], "last dimension permuted"),
+    ("heads transposed", lambda y: y.reshape(2, 8, 4, 8).transpose(0, 2, 1, 3).copy(),
+     "transposed [0, 2, 1, 3]"),
+    ("a flat view", lambda y: y.reshape(16, 32), "reshaped"),
+])
+def test_equal_values_in_another_layout_pass_and_say_so(tmp_path: Path, what: str, arrange,  # type: ignore[no-untyped-def]
+                                                         words: str) -> None:
+    bench = Y.reshape(2, 8, 4, 8).transpose(0, 2, 1, 3).copy() if "heads" in what else Y
+    npu = arrange(Y) if "heads" not in what else Y.reshape(2, 8, 4, 8)
+    ok, detail = _judge(np.ascontiguousarray(npu), bench, tmp_path)
+    assert ok, (what, detail)
+    assert words in detail and "another codebase" in detail
+
+
+def test_a_shuffle_or_other_values_still_fail(tmp_path: Path) -> None:
+    """Values in an order no layout explains (every row shuffled its own way), or values that
+    differ, are no structural difference: they fail as before."""
+    shuffled = np.array([RNG.permutation(row) for row in Y.reshape(-1, 32)]).reshape(Y.shape)
+    ok, detail = _judge(shuffled.astype(np.float32), Y, tmp_path)
+    assert not ok and "relative error" in detail
+    ok, detail = _judge((Y * 1.01).astype(np.float32), Y, tmp_path)
+    assert not ok and "relative error" in detail
