@@ -89,7 +89,9 @@ def train(side: str, adapter: Any, level: str, dump: Path, bf16: bool, bug: str)
     else:
         m, lossfn = adapter.build(hf), adapter.loss
         del hf
-        if bug:
+        if bug.startswith("twin:"):  # the clean run with the bug's call structure
+            adapter.BUGS[bug[5:]][3](m)
+        elif bug:
             adapter.BUGS[bug][1](m)
     over = getattr(m, "opt_overrides", {})
     opt = torch.optim.AdamW(m.parameters(), lr=over.get("lr", LR))
@@ -261,6 +263,13 @@ def main() -> None:
                     else:
                         copy(clean, npu)
                 entry: dict[str, Any] = {"expected": None, "step": None, "detectable": False}
+                if bug and len(ad.BUGS[bug]) > 3:
+                    # a bug that changes the calls (a norm without eps given one) is compared
+                    # with a clean run of the same calls: its first differing node is the
+                    # call whose argument the bug changed, not the first new call
+                    clean = out / "_clean" / ad.NAME / f"twin_{bug}" / prec / level
+                    if not args.truth_only:
+                        spawn("npu", ad, level, clean, bf16, f"twin:{bug}")
                 if bug:
                     # names from the buggy run: the dump the plugin is given as --acc-npu
                     got = first_diff(npu, clean)

@@ -86,7 +86,9 @@ def _own_or_carried(result: NodeResult, ctx: Context) -> None:
     ctx.add_inputs(result)
     if result.status == "error" or (result.inputs and result.inputs_identical):
         return
-    module = ctx.made_by(result.index)
+    # a module's own code made inputs that differ beyond the band; inputs inside it (the
+    # same value read through a slice only one codebase records) leave the error here
+    module = ctx.made_by(result.index) if any(not t.ok for t in result.inputs) else None
     own_parameters = [t for t in result.inputs if t.path.startswith("parameters") and not t.ok]
     if module is not None and not own_parameters:
         _carry(result, module, f"its inputs already differ, computed by {module}'s own code "

@@ -202,8 +202,15 @@ class Comparison:
         """Run-wide metadata facts (findings, divergence flags, producers, twins)."""
         return provenance.build(
             self.entries, self.bench_call, self._bench_framework, self.effective_dtypes,
-            self.criteria,
+            self.criteria, lambda i: self.region_of(i) is not None, self._other_code,
         )
+
+    def _other_code(self, index: int) -> bool:
+        """Whether node ``index``'s two runs are two codebases of one framework."""
+        dump = self.entries[index][0]
+        self.bench_call(index)
+        pairs = self._pairs.get((dump.step, dump.rank))
+        return isinstance(pairs, PairMap) and pairs.other_code
 
     def _bench_framework(self, dump: Dump) -> str:
         bench = self.bench.dumps.get((dump.step, dump.rank))
@@ -347,7 +354,20 @@ class Comparison:
                 found = self._source(dump, upstream, origin, depth + 1)
                 if found is not None and found[0]:
                     return found
+            return False, self._maker(dump, origin, depth)
         return False, origin
+
+    def _maker(self, dump: Dump, origin: int, depth: int) -> int:
+        """Through an unpaired pass-through (a reshape only one run records) to the unpaired
+        call that made its value: the one that computed something (x-transformers' Attend
+        before its merge_heads Rearrange)."""
+        call = self.entries[origin][1]
+        while depth < 16 and is_identity(call) and call.input_tensors:
+            producer = self.provenance.producer_of(dump, call.input_tensors[0], origin)
+            if producer is None or self.bench_call(producer) is not None:
+                break
+            origin, call, depth = producer, self.entries[producer][1], depth + 1
+        return origin
 
     def _outputs_agree(self, index: int) -> bool:
         """Node ``index``'s outputs meet the criteria (compared here if not yet: reading a

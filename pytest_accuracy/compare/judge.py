@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 _NORM_SLACK = 64.0
 # Sorting is the layout-free compare of a tensor pair that fails element by element: bounded.
 _LAYOUT_MAX_ELEMENTS = 1 << 24
+_COSINE_CELLS = 1 << 27  # column matching by cosine: cols^2 x rows multiply-adds at most
+_GREEDY_COLUMNS = 1024  # a greedy one-to-one matching walks up to cols^2 pairs in Python
 
 
 def outputs_diverge_in_metadata(
@@ -222,15 +224,48 @@ def _columns_matched(npu: np.ndarray, bench: np.ndarray, layout: str
         if cols < 2 or b.size // cols < 2:
             continue
         a2, b2 = a.reshape(-1, cols), b.reshape(-1, cols)
-        na, nb = np.sqrt((a2 * a2).sum(axis=0)), np.sqrt((b2 * b2).sum(axis=0))
-        oa, ob = np.argsort(na, kind="stable"), np.argsort(nb, kind="stable")
-        if np.array_equal(oa, ob) or not np.allclose(na[oa], nb[ob], rtol=1e-2, atol=0.0):
+        source = _matching_columns(a2, b2)
+        if source is None:
             continue
-        arranged = np.empty_like(a2)
-        arranged[:, ob] = a2[:, oa]
+        arranged = a2[:, source]
         out.append((f"{where}its {words} dimension permuted",
                     np.moveaxis(arranged.reshape(b.shape), -1, axis)))
     return out
+
+
+def _matching_columns(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """For each column of ``b``, the column of ``a`` it is (``a[:, source]`` ~ ``b``): the
+    most similar by cosine where that is a permutation other than the identity, matched by
+    norms where the cosine matrix would be too big (cols^2 x rows past _COSINE_CELLS)."""
+    rows, cols = a.shape
+    na, nb = np.sqrt((a * a).sum(axis=0)), np.sqrt((b * b).sum(axis=0))
+    if cols * cols * rows <= _COSINE_CELLS:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cosine = (a / np.where(na > 0, na, 1.0)).T @ (b / np.where(nb > 0, nb, 1.0))
+        source = np.argmax(cosine, axis=0)
+        if len(np.unique(source)) != cols and cols <= _GREEDY_COLUMNS:
+            source = _greedy(cosine)  # equal columns (a rotary table's repeated pairs)
+    else:
+        oa, ob = np.argsort(na, kind="stable"), np.argsort(nb, kind="stable")
+        if not np.allclose(na[oa], nb[ob], rtol=1e-2, atol=0.0):
+            return None
+        source = np.empty(cols, dtype=np.intp)
+        source[ob] = oa
+    if len(np.unique(source)) != cols or np.array_equal(source, np.arange(cols)):
+        return None
+    return source
+
+
+def _greedy(similarity: np.ndarray) -> np.ndarray:
+    """A one-to-one assignment taking the most similar free pair first (ties in order)."""
+    cols = similarity.shape[1]
+    source = np.full(cols, -1, dtype=np.intp)
+    used = np.zeros(similarity.shape[0], dtype=bool)
+    for flat in np.argsort(-similarity, axis=None, kind="stable"):
+        i, j = divmod(int(flat), cols)
+        if source[j] < 0 and not used[i]:
+            source[j], used[i] = i, True
+    return source
 
 
 def dtype_kind(dtype: str) -> str:

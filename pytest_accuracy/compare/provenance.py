@@ -10,17 +10,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from pytest_accuracy.compare.criteria import CompareCriteria
+from pytest_accuracy.compare.criteria import CompareCriteria, judge_md5, judge_stats, less_precise
 from pytest_accuracy.compare.findings import (
     argument_finding,
     precision_finding,
     scalar_diffs,
 )
 from pytest_accuracy.compare.judge import diverging_in_metadata, outputs_diverge_in_metadata
+from pytest_accuracy.compare.metrics import stats_metrics
 from pytest_accuracy.compare.results import Finding
 from pytest_accuracy.compare.stats_table import StatsTable
 from pytest_accuracy.compare.twins import identical_steps, same_record, twin_step_before
-from pytest_accuracy.dumps.model import FLOAT_EPS, Call, Dump, TensorRecord
+from pytest_accuracy.dumps.model import FLOAT_EPS, Call, Dump, TensorRecord, is_float_dtype
+from pytest_accuracy.pairing.anchors import leading
 from pytest_accuracy.pairing.dp import stats_gap
 
 StatsKey = tuple[str, float | None, float | None, float | None, float | None]
@@ -89,8 +91,12 @@ def build(
     bench_framework: Callable[[Dump], str],
     dtypes: list[str],
     criteria: CompareCriteria,
+    in_region: Callable[[int], bool] = lambda index: False,
+    other_code: Callable[[int], bool] = lambda index: False,
 ) -> Provenance:
-    """Scan every node's metadata once (O(nodes); no tensor is read)."""
+    """Scan every node's metadata once (O(nodes); no tensor is read). A region-node pair
+    (``in_region``) shares only its leading output with the bench: no findings, and only
+    that output is compared."""
     prov = Provenance(entries=entries)
     pairs = [(dump, call, bench_call(i)) for i, (dump, call) in enumerate(entries)]
     prov.stats = StatsTable(_output_pairs(pairs))
@@ -111,11 +117,14 @@ def build(
         prov.twin_step.append(twin)
         node_criteria = rounding if twin is not None else criteria
         held.append(node_criteria.with_waiver(None))
-        found = _findings_at(
+        region = bench is not None and in_region(i)
+        found = [] if region else _findings_at(
             prov, i, dump, call, bench, twin if first is None else None,
             dump.framework == bench_framework(dump), dtypes[i], node_criteria,
             (dump.step, dump.rank) in changed,
         )
+        if found and other_code(i):
+            found = _beyond_run_precision(found, call, dtypes[i])
         prov.findings.append(found or _NO_FINDINGS)
         if found:
             # the same change at the same kind of call (each bf16 Linear of an autocast run,
@@ -124,8 +133,8 @@ def build(
             if same != i:
                 prov.repeat_of[i] = same
         flagged = bool(found) or (
-            bench is not None and outputs_diverge_in_metadata(
-                call, bench, dtypes[i], node_criteria.with_waiver(None), prov.stats)
+            bench is not None and _diverges(call, bench, region, dtypes[i],
+                                            node_criteria.with_waiver(None), prov.stats)
         )
         prov.flagged.append(flagged)
         if several_steps:
@@ -140,6 +149,33 @@ def build(
     cross = {(d.step, d.rank) for d in dumps if d.framework != bench_framework(d)}
     prov.made_inside = _MadeInside(prov, _Triples(entries, bench_call), dtypes, held, cross)
     return prov
+
+
+def _beyond_run_precision(found: list[Finding], call: Call, dtype: str) -> list[Finding]:
+    """Two codebases place their casts apart: a lower precision at a node of a step both
+    runs already went through in that precision (``dtype``, the effective one) is theirs,
+    judged by its values under that precision's tolerance; one below it is a finding."""
+    lowest = "float64"
+    for record in call.output_tensors:
+        if is_float_dtype(record.dtype):
+            lowest = less_precise(lowest, record.dtype)
+    if less_precise(dtype, lowest) != dtype:
+        return found
+    return [f for f in found if f.kind != "precision"]
+
+
+def _diverges(call: Call, bench: Call, region: bool, dtype: str, criteria: CompareCriteria,
+              table: StatsTable) -> bool:
+    if not region:
+        return outputs_diverge_in_metadata(call, bench, dtype, criteria, table)
+    mine, theirs = leading(call), leading(bench)
+    if mine is None or theirs is None:
+        return False
+    if mine.md5 is not None and theirs.md5 is not None:
+        return not judge_md5(mine.md5, theirs.md5).ok
+    eff = less_precise(dtype, mine.dtype)
+    return not judge_stats(stats_metrics(mine.stats, theirs.stats), eff,
+                           criteria.tolerance(eff)).ok
 
 
 # the findings of a node without any: one list for them all (never changed; 5 MB at 100k)

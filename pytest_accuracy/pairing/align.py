@@ -32,6 +32,7 @@ from pytest_accuracy.dumps.model import FLOAT_EPS, Call, Dump, TensorRecord
 from pytest_accuracy.pairing.anchors import (
     LOOSE_WIDTH,
     anchor,
+    by_parameters,
     close,
     fingerprint,
     is_identity,
@@ -190,9 +191,17 @@ class _Aligner:
         """Calls that make the same value pair first (value anchors); the calls between two
         anchors are aligned among themselves, never across an anchor."""
         pins, crossing = anchor(a, b)
-        if pins:
+        weights: list[tuple[int, int]] = []
+        if module:  # the same weights, where outputs no longer agree (after a bug)
+            taken_a, taken_b = {i for i, _ in pins + crossing}, {j for _, j in pins + crossing}
+            weights = [(i, j) for i, j in by_parameters(a, b)
+                       if i not in taken_a and j not in taken_b]
+        if pins or crossing or weights:
             sa, sb = self._features(a, npu=True), self._features(b, npu=False)
             terms = MODULE_TERMS if module else API_TERMS
+        for i, j in weights:
+            _, how = explain(sa, sb, i, j, terms, op=not module)
+            self._add(a[i].name, b[j].name, 1.0, f"same parameter values; {how}")
         pins, crossing, swapped = _unswap(a, b, pins, crossing)
         for i, j in swapped:
             _, how = explain(sa, sb, i, j, terms, op=not module)
@@ -209,27 +218,27 @@ class _Aligner:
                 self.result.regions[a[i].name] = f"{api_name(b[j])}, equal in value"
         bounds = [(-1, -1), *pins, (len(a), len(b))]
         for (i0, j0), (i1, j1) in pairwise(bounds):
-            closed = i0 >= 0 and i1 < len(a)
+            rows = range(i0 + 1, i1)
+            feeding = _feeding(a, rows, i1) if i0 >= 0 and i1 < len(a) else set()
             self._align([c for c in a[i0 + 1 : i1] if not self._done(c)],
                         [c for c in b[j0 + 1 : j1] if c.name not in self.used], module=module,
-                        substitute=not closed)
-            if not module and closed and j1 < len(b):
+                        keep=frozenset(a[k].name for k in feeding))
+            if not module and i0 >= 0 and i1 < len(a) and j1 < len(b):
                 self._anchor_region(a, b, range(i0 + 1, i1 + 1), range(j0 + 1, j1 + 1))
-            if closed:
-                self._note_inside(a, b, range(i0 + 1, i1), range(j0 + 1, j1))
+            self._note_inside(a, b, [k for k in rows if k in feeding], range(j0 + 1, j1), i1)
 
-    def _note_inside(self, a: list[Call], b: list[Call], rows: range, cols: range) -> None:
-        """Calls left unpaired between two anchors: two decompositions of one computation
-        (normalize against pow, mean, add, rsqrt), whose boundary values agree."""
+    def _note_inside(self, a: list[Call], b: list[Call], rows: list[int], cols: range,
+                     end: int) -> None:
+        """Calls left unpaired whose values reach the next anchor: the other run's
+        decomposition of one computation (normalize against pow, mean, add, rsqrt) agrees
+        at the anchor, which checks their effect."""
         theirs = [b[k] for k in cols if b[k].name not in self.used]
         what = (f"{len(theirs)} other calls ({api_name(theirs[0])} .. {api_name(theirs[-1])})"
                 if len(theirs) > 1 else api_name(theirs[0]) if theirs else "no call")
-        before = a[rows.start - 1].name
-        after = a[rows.stop].name if rows.stop < len(a) else "the end"
         for k in rows:
             if not self._done(a[k]):
                 self.result.inside[a[k].name] = (
-                    f"between {before} and {after}, whose values agree with the bench's, the "
+                    f"its value reaches {a[end].name}, which agrees with the bench's, and the "
                     f"bench computes this stretch with {what}: its effect is checked there")
 
     def _anchor_region(self, a: list[Call], b: list[Call], rows: range, cols: range) -> None:
@@ -251,7 +260,7 @@ class _Aligner:
                                            f"the other run makes {self.result.regions[a[i].name]}")
 
     def _align(self, a: list[Call], b: list[Call], *, module: bool,
-               substitute: bool = True) -> None:
+               keep: frozenset[str] = frozenset()) -> None:
         if not a or not b:
             return
         sa, sb = self._features(a, npu=True), self._features(b, npu=False)
@@ -261,10 +270,12 @@ class _Aligner:
             # confidence below 0.4: leave it out of the DP (shorter, better-centred band).
             keep_a, keep_b = _op_overlap(sa, sb)
             self._align_kept(a, b, sa.take(keep_a), sb.take(keep_b), keep_a, keep_b, terms)
-            # between two value anchors another op is another decomposition, not a bug
-            self._substitute(a, b, sa, sb, ops=substitute)
+            # a call whose value reaches an anchor is another decomposition, not a bug
+            self._substitute(a, b, sa, sb, keep=keep)
             return
         self._align_kept(a, b, sa, sb, np.arange(len(a)), np.arange(len(b)), terms)
+        if a[0].direction == "forward":  # an activation of another class reading one value
+            self._substitute(a, b, sa, sb, keep=keep, module=True)
 
     def _align_kept(self, a: list[Call], b: list[Call], sa: Seq, sb: Seq, keep_a: np.ndarray,
                     keep_b: np.ndarray, terms: Terms) -> None:
@@ -284,7 +295,7 @@ class _Aligner:
             self._add(a[i].name, b[j].name, conf, evidence)
 
     def _substitute(self, a: list[Call], b: list[Call], sa: Seq, sb: Seq, *,
-                    ops: bool = True) -> None:
+                    keep: frozenset[str] = frozenset(), module: bool = False) -> None:
         """Between two aligned pairs, a call left over on each side with inputs and outputs
         of the same shapes (and enclosing module) is another op in the same place: gelu
         where the bench calls silu. Paired, so the compare names it; its op is the cause."""
@@ -294,16 +305,22 @@ class _Aligner:
         bounds = [(-1, -1), *anchors, (len(a), len(b))]
         for (i0, j0), (i1, j1) in pairwise(bounds):
             free = [j for j in range(j0 + 1, j1) if b[j].name not in self.used]
-            for i in range(i0 + 1, i1) if ops else ():
+            for i in range(i0 + 1, i1):
+                if a[i].name in keep:
+                    continue
                 j = next((j for j in free if _substituted(sa, sb, i, j)
-                          and _inputs_agree(a[i], b[j])), None)
+                          and _inputs_agree(a[i], b[j])
+                          and not (module and (a[i].parameters or b[j].parameters))), None)
                 if j is None or self._done(a[i]):
                     continue
                 free = [k for k in free if k > j]
-                conf, evidence = explain(sa, sb, i, j, API_TERMS, op=True)
+                conf, evidence = explain(sa, sb, i, j, MODULE_TERMS if module else API_TERMS,
+                                         op=not module)
+                what = "another module class" if module else "another op"
                 self._add(a[i].name, b[j].name, max(conf, self.min_confidence),
-                          f"another op in the same place; {evidence}")
-            self._region(a, b, sa, sb, range(i0 + 1, i1), range(j0 + 1, j1))
+                          f"{what} in the same place, reading the same value; {evidence}")
+            if not module:
+                self._region(a, b, sa, sb, range(i0 + 1, i1), range(j0 + 1, j1))
 
     def _region(self, a: list[Call], b: list[Call], sa: Seq, sb: Seq, rows: range,
                 cols: range) -> None:
@@ -503,6 +520,19 @@ def _unswap(a: list[Call], b: list[Call], pins: list[tuple[int, int]],
                     break
     left = [c for c in crossing if c[0] not in {i for i, _ in swapped}]
     return chain, left, sorted(swapped)
+
+
+def _feeding(a: list[Call], rows: range, end: int) -> set[int]:
+    """The calls of ``rows`` whose output reaches ``a[end]`` through the calls between (one
+    run's own tensors: a consumer's input records the producer's output statistics exactly)."""
+    wanted = {fp for r in a[end].input_tensors if (fp := fingerprint(r)) is not None}
+    found: set[int] = set()
+    for k in reversed(rows):
+        out = [fp for r in a[k].output_tensors if (fp := fingerprint(r)) is not None]
+        if any(fp in wanted for fp in out):
+            found.add(k)
+            wanted |= {fp for r in a[k].input_tensors if (fp := fingerprint(r)) is not None}
+    return found
 
 
 def _kind(call: Call) -> str:

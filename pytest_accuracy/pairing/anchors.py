@@ -20,10 +20,11 @@ from pytest_accuracy.dumps.model import FLOAT_EPS, Call, TensorRecord
 # Relative width of "the same value" per dtype: rounding differences of two codebases (other
 # summation orders, other kernels) compound over a model; a few hundred ulps of the least
 # precise dtype, capped so that unrelated tensors of one size rarely meet.
-_ULPS = 1024.0
+_ULPS = 128.0
 _MAX_WIDTH = 0.03
 LOOSE_WIDTH = _MAX_WIDTH
-_IDENTITY_WIDTH = 1e-6  # a pass-through changes no value at all (up to a same-dtype copy)
+_IDENTITY_WIDTH = 1e-6
+_CAST_ULPS = 4.0  # a pass-through changes no value at all (up to a same-dtype copy)
 
 Print = tuple[int, float, float, float, float]  # numel, Norm, Max, Min, Mean
 
@@ -41,8 +42,11 @@ def fingerprint(record: TensorRecord) -> Print | None:
 
 
 def width(dtype_a: str, dtype_b: str) -> float:
-    """How far two fingerprints of these dtypes may be apart and still be one value."""
-    eps = max(FLOAT_EPS.get(dtype_a, 2.0**-7), FLOAT_EPS.get(dtype_b, 2.0**-7))
+    """How far two fingerprints may be apart and still be one value: the rounding of the
+    more precise of the two runs. A run that went through fp16 where the other stayed in
+    fp32 does not make the same value by fp16's measure (an fp16 softmax is a finding, not
+    an anchor); two runs both in bf16 do, by bf16's."""
+    eps = min(FLOAT_EPS.get(dtype_a, 2.0**-7), FLOAT_EPS.get(dtype_b, 2.0**-7))
     return min(_ULPS * eps, _MAX_WIDTH)
 
 
@@ -65,14 +69,21 @@ def leading(call: Call) -> TensorRecord | None:
 
 
 def is_identity(call: Call) -> bool:
-    """A call whose leading output is one of its inputs' values unchanged: a pass-through."""
+    """A call whose leading output is one of its inputs' values unchanged, or only cast: a
+    pass-through."""
     out = leading(call)
     mine = fingerprint(out) if out is not None else None
     if out is None or mine is None:
         return False
     for rec in call.input_tensors:
         theirs = fingerprint(rec)
-        if theirs is not None and rec.dtype == out.dtype and close(mine, theirs, _IDENTITY_WIDTH):
+        if theirs is None:
+            continue
+        # a cast rounds to the narrower dtype (and msprobe sums each side's statistics in
+        # its own dtype): the same value within that dtype's rounding
+        rel = _IDENTITY_WIDTH if rec.dtype == out.dtype else _CAST_ULPS * max(
+            FLOAT_EPS.get(rec.dtype, 0.0), FLOAT_EPS.get(out.dtype, 0.0))
+        if close(mine, theirs, rel):
             return True
     return False
 
@@ -83,7 +94,7 @@ class Producer:
 
     position: int
     print: Print
-    dtype: str
+    dtype: str  # the least precise dtype its run went through up to it: how close is "same"
 
 
 def producers(calls: Sequence[Call]) -> list[Producer]:
@@ -91,7 +102,11 @@ def producers(calls: Sequence[Call]) -> list[Producer]:
     of an earlier value left out), in order."""
     out: list[Producer] = []
     seen: dict[int, list[Print]] = {}
+    lowest = "float64"  # the least precise dtype the run went through so far: its rounding
     for k, call in enumerate(calls):
+        for r in call.output_tensors:
+            if r.dtype in FLOAT_EPS and FLOAT_EPS[r.dtype] > FLOAT_EPS[lowest]:
+                lowest = r.dtype
         rec = leading(call)
         fp = fingerprint(rec) if rec is not None else None
         if fp is None or rec is None or is_identity(call):
@@ -99,7 +114,7 @@ def producers(calls: Sequence[Call]) -> list[Producer]:
         if any(close(fp, old, _IDENTITY_WIDTH) for old in seen.get(fp[0], ())):
             continue
         seen.setdefault(fp[0], []).append(fp)
-        out.append(Producer(k, fp, rec.dtype))
+        out.append(Producer(k, fp, lowest))
     return out
 
 
@@ -119,7 +134,7 @@ class ValueIndex:
         if not group:
             return []
         norms = self._norms[query.print[0]]
-        rel = width(query.dtype, "float32") if query.dtype == "float32" else _MAX_WIDTH
+        rel = width(query.dtype, query.dtype)  # the widest any pair with it gets
         lo = bisect.bisect_left(norms, query.print[1] * (1 - rel) - 1e-300)
         hi = bisect.bisect_right(norms, query.print[1] * (1 + rel) + 1e-300)
         found = [p for p in group[lo:hi]
@@ -140,8 +155,44 @@ def anchor(a: Sequence[Call], b: Sequence[Call]) -> tuple[list[tuple[int, int]],
         if len(hits) == 1 and len(back.matches(hits[0])) == 1:
             found.append((p.position, hits[0].position))
     chain = _increasing(found)
+    for _ in range(_REFINE_ROUNDS):
+        more = _within_gaps(mine, chain, index, back)
+        if not more:
+            break
+        chain = _increasing(sorted(set(chain) | set(more)))
     kept = set(chain)
     return chain, [f for f in found if f not in kept]
+
+
+_REFINE_ROUNDS = 4
+_IN_ORDER_MAX = 4  # makers of one value in a gap, paired in order
+
+
+def _within_gaps(mine: list[Producer], chain: list[tuple[int, int]], index: ValueIndex,
+                 back: ValueIndex) -> list[tuple[int, int]]:
+    """Matches unique within the gap between two anchors, though not in the whole run (the
+    residual stream of a bf16 run changes less per layer than bf16 rounding)."""
+    bounds = [(-1, -1), *chain, (1 << 62, 1 << 62)]
+    taken = {i for i, _ in chain}
+    out = []
+    gap = 0
+    for p in mine:
+        if p.position in taken:
+            continue
+        while bounds[gap + 1][0] < p.position:
+            gap += 1
+        (i0, j0), (i1, j1) = bounds[gap], bounds[gap + 1]
+        hits = [q for q in index.matches(p) if j0 < q.position < j1]
+        if not hits or len(hits) > _IN_ORDER_MAX:
+            continue
+        rivals = [r for r in back.matches(hits[0]) if i0 < r.position < i1]
+        # as many makers of one value on each side of the gap: paired in order (x * rsqrt
+        # and its product with a norm weight near one, in a bf16 run)
+        if len(rivals) == len(hits) and p in rivals and all(
+                [r.position for r in back.matches(h) if i0 < r.position < i1]
+                == [r.position for r in rivals] for h in hits[1:]):
+            out.append((p.position, hits[rivals.index(p)].position))
+    return out
 
 
 def _increasing(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -162,3 +213,36 @@ def _increasing(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
         chain.append(pairs[k])
         k = before[k]
     return chain[::-1]
+
+
+def _param_print(call: Call) -> tuple[Print, ...] | None:
+    prints = [fingerprint(p) for p in call.parameters]
+    if not prints or any(p is None for p in prints):
+        return None
+    return tuple(sorted(p for p in prints if p is not None))
+
+
+def by_parameters(a: Sequence[Call], b: Sequence[Call]) -> list[tuple[int, int]]:
+    """Module calls whose parameters hold the same values (a weight converted from the
+    other codebase's, permuted or transposed: its statistics stay), unique on both sides:
+    a module is its weights, whatever its path or its output after a bug upstream."""
+    def index(calls: Sequence[Call]) -> dict[tuple[int, ...], list[tuple[int, tuple[Print, ...]]]]:
+        out: dict[tuple[int, ...], list[tuple[int, tuple[Print, ...]]]] = {}
+        for k, c in enumerate(calls):
+            key = _param_print(c)
+            if key is not None:
+                out.setdefault(tuple(p[0] for p in key), []).append((k, key))
+        return out
+
+    def same(x: tuple[Print, ...], y: tuple[Print, ...]) -> bool:
+        return all(close(p, q, _MAX_WIDTH) for p, q in zip(x, y, strict=True))
+
+    mine, theirs = index(a), index(b)
+    found = []
+    for sizes, group in mine.items():
+        for i, key in group:
+            hits = [j for j, other in theirs.get(sizes, ()) if same(key, other)]
+            back = [k for k, other in group if same(other, key)]
+            if len(hits) == 1 and back == [i]:
+                found.append((i, hits[0]))
+    return sorted(found)

@@ -22,8 +22,10 @@ class PairMap(dict[str, str]):
 
     regions: dict[str, str]
     inside: dict[str, str]
+    other_code: bool  # one framework, two codebases: names and dtype placement are theirs
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.regions = {}
         self.inside = {}
+        self.other_code = False

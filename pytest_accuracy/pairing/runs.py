@@ -39,6 +39,8 @@ def pair_runs(npu: Dump, bench: Dump) -> AlignmentResult:
     if other:
         result = auto_pairing(npu, bench)
         result.why_aligned = other
+        if isinstance(result.pairs, PairMap):
+            result.pairs.other_code = True
         return result
     result = AlignmentResult(by_name=not shifted)
     if shifted:
