@@ -180,6 +180,9 @@ def judge_tensor(m: TensorMetrics, dtype: str, tol: Tolerance) -> Judgement:
 def judge_stats(m: StatsMetrics, dtype: str, tol: Tolerance) -> Judgement:
     """Apply the tolerance to one tensor pair's recorded statistics."""
     if m.nonfinite_npu != m.nonfinite_bench:
+        if m.masked_otherwise:
+            return unchecked("a mask of -inf on one side against a large negative number on "
+                             "the other: statistics cannot compare the rest (dump tensors)")
         return Judgement(False, "NaN/Inf in the statistics of one side only")
     if m.status != "ok":
         return unchecked("no statistic recorded on both sides (Max, Min, Mean, Norm)")

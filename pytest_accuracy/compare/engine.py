@@ -12,7 +12,7 @@ from pytest_accuracy.compare.criteria import CompareCriteria, less_precise
 from pytest_accuracy.compare.diagnose import Context, diagnose
 from pytest_accuracy.compare.effective import effective_dtypes
 from pytest_accuracy.compare.findings import scalar_diffs
-from pytest_accuracy.compare.judge import compare_all, compare_tensor, settle
+from pytest_accuracy.compare.judge import compare_all, compare_tensor, negated_region, settle
 from pytest_accuracy.compare.local import LocalError, local_error, lower_precision_inputs
 from pytest_accuracy.compare.results import NodeResult, TensorComparison
 from pytest_accuracy.compare.unmatched import unmatched_reason
@@ -282,7 +282,9 @@ class Comparison:
             mine, theirs = leading(call), leading(bench)
             if mine is not None and theirs is not None:
                 eff = less_precise(dtype, mine.dtype)
-                return [compare_tensor(mine, theirs, eff, criteria, self.provenance.stats)]
+                judged = compare_tensor(mine, theirs, eff, criteria, self.provenance.stats)
+                flipped = None if judged.ok else negated_region(mine, theirs, eff, criteria)
+                return [flipped or judged]
         return compare_all(call.output_tensors, bench, dtype, criteria, self.provenance.stats)
 
     @cached_property

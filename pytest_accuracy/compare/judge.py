@@ -18,9 +18,15 @@ from pytest_accuracy.compare.criteria import (
     judge_tensor,
     less_precise,
 )
-from pytest_accuracy.compare.metrics import TensorMetrics, stats_metrics, tensor_metrics
+from pytest_accuracy.compare.fold import as_float64
+from pytest_accuracy.compare.metrics import (
+    StatsMetrics,
+    TensorMetrics,
+    stats_metrics,
+    tensor_metrics,
+)
 from pytest_accuracy.compare.results import NodeResult, TensorComparison
-from pytest_accuracy.dumps.model import FLOAT_EPS, Call, TensorRecord, is_float_dtype
+from pytest_accuracy.dumps.model import FLOAT_EPS, Call, Stats, TensorRecord, is_float_dtype
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.pairing.dp import stats_gap
 
@@ -147,6 +153,11 @@ def compare_tensor(
         _check_norm(npu, metrics.norm_npu)
         _check_norm(bench, metrics.norm_bench)
         judged = judge_tensor(metrics, dtype, tol)
+        if metrics.status == "nonfinite_mismatch" and kinds[0] == "float":
+            masked = _mask_written_otherwise(*arrays, dtype, tol)
+            if masked is not None:
+                return TensorComparison(npu.path, npu, bench, dtype, masked[0], masked[1],
+                                        "tensor")
         if not judged.ok and kinds[0] == "float":
             other = another_layout(*arrays, dtype, tol)
             if other is not None:
@@ -170,6 +181,62 @@ def compare_tensor(
     return TensorComparison(
         npu.path, npu, bench, dtype, judge_stats(stats, dtype, tol), stats, "statistics"
     )
+
+
+# A mask written as a large negative number where the other codebase writes -inf: -1e4 is
+# the smallest such value in use (BERT's extended attention mask); softmax makes both 0.
+MASK_VALUE = -1e4
+
+
+def _mask_written_otherwise(npu: np.ndarray, bench: np.ndarray, dtype: str, tol: Tolerance
+                            ) -> tuple[Judgement, TensorMetrics] | None:
+    """-inf on one side where the other holds a large negative number (a mask of -inf
+    against one of finfo.min or -1e9), at the same positions, the rest compared as usual."""
+    if npu.shape != bench.shape:
+        return None
+    n, b = as_float64(npu.reshape(-1)), as_float64(bench.reshape(-1))
+    masked = (n == -np.inf) | (b == -np.inf)
+    if np.isnan(n).any() or np.isnan(b).any() or np.isposinf(n).any() or np.isposinf(b).any():
+        return None
+    if not masked.any() or not ((n[masked] <= MASK_VALUE) & (b[masked] <= MASK_VALUE)).all():
+        return None
+    if (np.isinf(n[~masked]).any() or np.isinf(b[~masked]).any() or
+            ((n[~masked] <= MASK_VALUE) != (b[~masked] <= MASK_VALUE)).any()):
+        return None
+    keep = ~masked
+    metrics = tensor_metrics(n[keep], b[keep]) if keep.any() else None
+    if metrics is None or not judge_tensor(metrics, dtype, tol).ok:
+        return None
+    return Judgement(True, f"a mask written as -inf on one side and a large negative number on "
+                     f"the other at the same {int(masked.sum())} positions (another "
+                     "codebase's mask); the other values compared"), metrics
+
+
+def negated_region(npu: TensorRecord, bench: TensorRecord, dtype: str,
+                   criteria: CompareCriteria) -> TensorComparison | None:
+    """A region's boundary value that agrees with the bench's up to its sign: the value
+    before a negation the dump does not record (a loss written -mean(log p) against
+    cross_entropy). Only asked of region-node pairs, whose calls differ by design."""
+    tol = criteria.tolerance(dtype)
+    if npu.has_data and bench.has_data:
+        a, b = _loaded(npu), _loaded(bench)
+        if a.shape != b.shape or dtype_kind(npu.dtype) != "float":  # bf16 is no np.floating
+            return None
+        metrics = tensor_metrics(-as_float64(a), as_float64(b))
+        judged = judge_tensor(metrics, dtype, tol)
+        detail: TensorMetrics | StatsMetrics = metrics
+    else:
+        st = npu.stats
+        if None in (st.max, st.min, st.mean, st.norm):
+            return None
+        flipped = Stats(-st.min, -st.max, -st.mean, abs(st.norm))  # type: ignore[operator,arg-type]
+        detail = stats_metrics(flipped, bench.stats)
+        judged = judge_stats(detail, dtype, tol)
+    if not judged.ok or not judged.checked:
+        return None
+    note = Judgement(True, "the same value up to its sign: the region's value before a "
+                     "negation the dump does not record (another codebase's loss)")
+    return TensorComparison(npu.path, npu, bench, dtype, note, detail, "tensor")
 
 
 def another_layout(npu: np.ndarray, bench: np.ndarray, dtype: str, tol: Tolerance
@@ -291,8 +358,11 @@ def _loaded(record: TensorRecord) -> np.ndarray:
 
 def _check_norm(record: TensorRecord, norm: float | None) -> None:
     """A tensor file whose values contradict its own record's Norm was not written by that
-    run (or was changed since): an input error, never a comparison of someone else's data."""
+    run (or was changed since): an input error, never a comparison of someone else's data.
+    msprobe records a one-element tensor's Norm as its signed value."""
     recorded = record.stats.norm
+    if recorded is not None and record.numel == 1:
+        recorded = abs(recorded)
     if norm is None or recorded is None or not math.isfinite(recorded) or record.stats.max is None:
         return
     if not math.isfinite(record.stats.max) or not math.isfinite(record.stats.min or 0.0):

@@ -127,6 +127,9 @@ class StatsMetrics:
     range_rel_err: float | None = None
     nonfinite_npu: int = 0
     nonfinite_bench: int = 0
+    # Min -inf on one side and <= -1e4 on the other, Max finite on both: a mask written
+    # two ways (another codebase), not an overflow
+    masked_otherwise: bool = False
 
 
 def stats_metrics(npu: Stats, bench: Stats) -> StatsMetrics:
@@ -139,6 +142,9 @@ def stats_metrics(npu: Stats, bench: Stats) -> StatsMetrics:
     nonfinite_npu = _nonfinite(n_max) + _nonfinite(n_min) + _nonfinite(n_mean) + _nonfinite(n_norm)
     nonfinite_bench = (_nonfinite(b_max) + _nonfinite(b_min) + _nonfinite(b_mean)
                        + _nonfinite(b_norm))
+    masked = (n_min is not None and b_min is not None and n_max is not None
+              and b_max is not None and math.isfinite(n_max) and math.isfinite(b_max)
+              and -math.inf in (n_min, b_min) and max(n_min, b_min) <= _MASK_VALUE)
     if ((n_max is None or b_max is None) and (n_min is None or b_min is None)
             and (n_mean is None or b_mean is None) and (n_norm is None or b_norm is None)):
         return StatsMetrics(status="missing_stats", nonfinite_npu=nonfinite_npu,
@@ -167,7 +173,11 @@ def stats_metrics(npu: Stats, bench: Stats) -> StatsMetrics:
         finite_pairs=finite,
         nonfinite_npu=nonfinite_npu,
         nonfinite_bench=nonfinite_bench,
+        masked_otherwise=masked,
     )
+
+
+_MASK_VALUE = -1e4  # as compare.judge.MASK_VALUE (metrics is below judge)
 
 
 def _nonfinite(value: float | None) -> int:

@@ -21,7 +21,14 @@ from pytest_accuracy.compare.metrics import stats_metrics
 from pytest_accuracy.compare.results import Finding
 from pytest_accuracy.compare.stats_table import StatsTable
 from pytest_accuracy.compare.twins import identical_steps, same_record, twin_step_before
-from pytest_accuracy.dumps.model import FLOAT_EPS, Call, Dump, TensorRecord, is_float_dtype
+from pytest_accuracy.dumps.model import (
+    FLOAT_EPS,
+    Call,
+    Dump,
+    Stats,
+    TensorRecord,
+    is_float_dtype,
+)
 from pytest_accuracy.pairing.anchors import leading
 from pytest_accuracy.pairing.dp import stats_gap
 
@@ -174,8 +181,14 @@ def _diverges(call: Call, bench: Call, region: bool, dtype: str, criteria: Compa
     if mine.md5 is not None and theirs.md5 is not None:
         return not judge_md5(mine.md5, theirs.md5).ok
     eff = less_precise(dtype, mine.dtype)
-    return not judge_stats(stats_metrics(mine.stats, theirs.stats), eff,
-                           criteria.tolerance(eff)).ok
+    tol = criteria.tolerance(eff)
+    if judge_stats(stats_metrics(mine.stats, theirs.stats), eff, tol).ok:
+        return False
+    st = mine.stats  # the region's value before a negation the dump does not record
+    if None in (st.max, st.min, st.mean, st.norm):
+        return True
+    flipped = Stats(-st.min, -st.max, -st.mean, abs(st.norm))  # type: ignore[operator,arg-type]
+    return not judge_stats(stats_metrics(flipped, theirs.stats), eff, tol).ok
 
 
 # the findings of a node without any: one list for them all (never changed; 5 MB at 100k)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import pairwise
 from pathlib import Path
 
@@ -108,9 +109,14 @@ def auto_pairing(
     *,
     api_map: ApiMap | None = None,
     min_confidence: float = DEFAULT_MIN_CONFIDENCE,
+    other_code: bool = False,
 ) -> AlignmentResult:
-    """Pair the nodes of two dumps of the same model from different frameworks or runs."""
-    return _Aligner(npu, bench, api_map or load_api_map(), min_confidence).run()
+    """Pair the nodes of two dumps of the same model from different frameworks or runs.
+    ``other_code``: one framework, two codebases, whose backward calls (gradients of
+    other boundaries, a norm applied three times for q, k and v) pair by value only."""
+    aligner = _Aligner(npu, bench, api_map or load_api_map(), min_confidence)
+    aligner.values_only_backward = other_code
+    return aligner.run()
 
 
 def auto_align(
@@ -139,6 +145,7 @@ class _Aligner:
         self.vocab = Vocab()
         self.result = AlignmentResult()
         self.used: set[str] = set()
+        self.values_only_backward = False
 
     def run(self) -> AlignmentResult:
         mods_a = _calls(self.npu, "module", "forward")
@@ -155,7 +162,8 @@ class _Aligner:
             direction = "params_grad" if kind == "params_grad" else "backward"
             rest_a = [c for c in _calls(self.npu, kind, direction) if not self._done(c)]
             rest_b = [c for c in _calls(self.bench, kind, direction) if c.name not in self.used]
-            self._anchored(rest_a, rest_b, module=module)
+            self._anchored(rest_a, rest_b, module=module,
+                           align=not (self.values_only_backward and direction == "backward"))
         return self._finish()
 
     # ----------------------------------------------------------------- bookkeeping
@@ -187,7 +195,8 @@ class _Aligner:
 
     # ----------------------------------------------------------------- sequence alignment
 
-    def _anchored(self, a: list[Call], b: list[Call], *, module: bool) -> None:
+    def _anchored(self, a: list[Call], b: list[Call], *, module: bool,
+                  align: bool = True) -> None:
         """Calls that make the same value pair first (value anchors); the calls between two
         anchors are aligned among themselves, never across an anchor."""
         pins, crossing = anchor(a, b)
@@ -220,6 +229,8 @@ class _Aligner:
         for (i0, j0), (i1, j1) in pairwise(bounds):
             rows = range(i0 + 1, i1)
             feeding = _feeding(a, rows, i1) if i0 >= 0 and i1 < len(a) else set()
+            if not align:
+                continue
             self._align([c for c in a[i0 + 1 : i1] if not self._done(c)],
                         [c for c in b[j0 + 1 : j1] if c.name not in self.used], module=module,
                         keep=frozenset(a[k].name for k in feeding))
@@ -310,7 +321,8 @@ class _Aligner:
                     continue
                 j = next((j for j in free if _substituted(sa, sb, i, j)
                           and _inputs_agree(a[i], b[j])
-                          and not (module and (a[i].parameters or b[j].parameters))), None)
+                          and not (module and (a[i].parameters or b[j].parameters))
+                          and not is_identity(a[i]) and not is_identity(b[j])), None)
                 if j is None or self._done(a[i]):
                     continue
                 free = [k for k in free if k > j]
@@ -367,6 +379,7 @@ class _Aligner:
             cols["out_sq"].append(_known(v, sig(outs, squeeze=True)))
             cols["inp"].append(_known(v, sig(sorted(ins, key=rec_key), squeeze=False)))
             cols["name"].append(v("name:" + c.name) if same_framework else -1)
+            cols["ident"].append(v("ident:" + str(is_identity(c))))
             if c.kind == "api":
                 self._api_columns(c, cols, npu=npu)
                 parent = parent_pairs.get(c.parent or "") if npu else c.parent
@@ -442,6 +455,18 @@ class _Aligner:
                 conf = self.result.confidence[fwd]
                 self._add(c.name, target, conf, f"same module instance as {fwd}")
 
+    @cached_property
+    def _made_again(self) -> frozenset[str]:
+        """NPU forward calls whose value another forward call of the run makes too."""
+        makers: dict[tuple[object, ...], list[str]] = {}
+        for c in self.npu.calls:
+            rec = leading(c) if c.direction == "forward" and not is_identity(c) else None
+            fp = fingerprint(rec) if rec is not None else None
+            if fp is not None:  # a module's parents output its value too: one instance only
+                who = c.kind if c.kind == "api" else c.name.rsplit(".", 1)[0]
+                makers.setdefault((who, *fp), []).append(c.name)
+        return frozenset(n for names in makers.values() if len(names) > 1 for n in names)
+
     def _backward_comparable(self, call: Call, fwd: str) -> bool:
         """A backward computes gradients of its forward's inputs: comparable only where the
         forward pair takes inputs of the same layout, and of the same values where their
@@ -450,6 +475,12 @@ class _Aligner:
         npu_fwd, bench_fwd = self.npu.get(fwd), self.bench.get(self.result.pairs[fwd])
         if npu_fwd is None or bench_fwd is None or self.npu.framework != self.bench.framework:
             return True  # across frameworks the API map says which arguments correspond
+        if self.values_only_backward and fwd in self._made_again:
+            self.result.inside[call.name] = (
+                f"its forward {fwd} computes a value its run computes again elsewhere "
+                "(TransformerLens normalises once for each of q, k and v): its gradient is a "
+                "part of the bench's, compared where the parts meet")
+            return False
         ins_a, ins_b = npu_fwd.input_tensors, bench_fwd.input_tensors
         same = sig(ins_a, squeeze=True) == sig(ins_b, squeeze=True)
         if same and _same_value(npu_fwd, bench_fwd):
@@ -483,7 +514,8 @@ class _Aligner:
             self._add(c.name, target, conf, " ".join(notes))
 
 
-_API_COLUMNS = ("out", "out_sq", "inp", "full", "base", "alt0", "alt1", "parent", "name")
+_API_COLUMNS = ("out", "out_sq", "inp", "full", "base", "alt0", "alt1", "parent", "name",
+                "ident")
 _COLUMNS = (*_API_COLUMNS, "cls", "params", "depth", "nums")
 
 

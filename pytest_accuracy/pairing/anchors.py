@@ -36,6 +36,7 @@ def fingerprint(record: TensorRecord) -> Print | None:
         return None
     numel = record.numel
     norm, high, low, mean = record.stats.values()
+    norm = abs(norm)  # msprobe records a one-element tensor's Norm as its signed value
     if numel <= 0 or not all(math.isfinite(v) for v in (norm, high, low, mean)):
         return None
     return numel, norm, high, low, mean
@@ -95,6 +96,8 @@ class Producer:
     position: int
     print: Print
     dtype: str  # the least precise dtype its run went through up to it: how close is "same"
+    own_dtype: str = "float32"  # its record's: how close another op's value must be
+    op: str = ""
 
 
 def producers(calls: Sequence[Call]) -> list[Producer]:
@@ -114,7 +117,7 @@ def producers(calls: Sequence[Call]) -> list[Producer]:
         if any(close(fp, old, _IDENTITY_WIDTH) for old in seen.get(fp[0], ())):
             continue
         seen.setdefault(fp[0], []).append(fp)
-        out.append(Producer(k, fp, lowest))
+        out.append(Producer(k, fp, lowest, rec.dtype, call.op))
     return out
 
 
@@ -182,7 +185,10 @@ def _within_gaps(mine: list[Producer], chain: list[tuple[int, int]], index: Valu
         while bounds[gap + 1][0] < p.position:
             gap += 1
         (i0, j0), (i1, j1) = bounds[gap], bounds[gap + 1]
-        hits = [q for q in index.matches(p) if j0 < q.position < j1]
+        # another op whose value is near by the run's rounding is no evidence inside a gap
+        # (sqrt and rsqrt of a value near 1 in a bf16 run): by its own dtype's only
+        hits = [q for q in index.matches(p) if j0 < q.position < j1
+                and (q.op == p.op or close(p.print, q.print, width(p.own_dtype, q.own_dtype)))]
         if not hits or len(hits) > _IN_ORDER_MAX:
             continue
         rivals = [r for r in back.matches(hits[0]) if i0 < r.position < i1]

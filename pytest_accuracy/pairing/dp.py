@@ -16,6 +16,7 @@ API_TERMS: Terms = (
     ("inp", 1.0, -0.5),  # input shapes as a multiset: gather(w, ids) vs embedding(ids, w)
     ("parent", 2.0, -2.0),  # mix: the enclosing modules are paired
     ("name", 1.0, 0.0),  # one framework: the same node name (its counter may have shifted)
+    ("ident", 0.0, -10.0),  # a pass-through never pairs with a call that computes
 )
 MODULE_TERMS: Terms = (
     ("cls", 2.0, 0.0),  # renamed classes (Block vs LLamaDecodeLayer) are common: no penalty
@@ -26,6 +27,7 @@ MODULE_TERMS: Terms = (
     ("depth", 1.0, -1.0),
     ("nums", 1.0, -1.0),  # layer indices in the path (layers.3 vs blocks.3)
     ("name", 1.0, 0.0),
+    ("ident", 0.0, -10.0),
 )
 _OP_EXACT, _OP_BASE, _OP_ALT, _OP_OTHER = 4.0, 3.5, 2.5, -3.0
 # Statistics: +2 when equal, -1 when unrelated; a relative delta of 2 % scores halfway, so bf16
@@ -179,6 +181,8 @@ def _term_note(name: str, a: Seq, b: Seq, ai: int, bj: int) -> str:
         return ""
     if name == "name":
         return "same name" if same else "other name"
+    if name == "ident":
+        return "" if same else "a pass-through against a call that computes"
     label = {"inp": "in", "params": "params", "depth": "depth", "nums": "layer index"}
     return f"{label.get(name, name)} {'same' if same else 'differ'}"
 

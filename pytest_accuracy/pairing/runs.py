@@ -37,7 +37,7 @@ def pair_runs(npu: Dump, bench: Dump) -> AlignmentResult:
     shifted = shifted_apis(npu, bench)
     other = other_code(npu, bench, shifted)
     if other:
-        result = auto_pairing(npu, bench)
+        result = auto_pairing(npu, bench, other_code=True)
         result.why_aligned = other
         if isinstance(result.pairs, PairMap):
             result.pairs.other_code = True
