@@ -130,8 +130,9 @@ def build(
             dump.framework == bench_framework(dump), dtypes[i], node_criteria,
             (dump.step, dump.rank) in changed,
         )
-        if found and other_code(i):
-            found = _beyond_run_precision(found, call, dtypes[i])
+        if found and other_code(i):  # the precision the step went through before this node
+            before = dtypes[i - 1] if i and entries[i - 1][0] is dump else "float64"
+            found = _beyond_run_precision(found, call, before)
         prov.findings.append(found or _NO_FINDINGS)
         if found:
             # the same change at the same kind of call (each bf16 Linear of an autocast run,
