@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cached_property
 
@@ -21,6 +21,10 @@ from pytest_accuracy.dumps.model import FLOAT_EPS, Call, Dump, DumpSet, TensorRe
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.pairing.anchors import is_identity, leading
 from pytest_accuracy.pairing.base import Pairing, PairMap, pair_by_name
+
+
+def _never(index: int) -> bool:
+    return False
 
 
 def _all_data(call: Call) -> bool:
@@ -202,8 +206,18 @@ class Comparison:
         """Run-wide metadata facts (findings, divergence flags, producers, twins)."""
         return provenance.build(
             self.entries, self.bench_call, self._bench_framework, self.effective_dtypes,
-            self.criteria, lambda i: self.region_of(i) is not None, self._other_code,
+            self.criteria, self._in_region(), self._other_code,
         )
+
+    def _in_region(self) -> Callable[[int], bool]:
+        """Whether node i is a region-node pair; a constant where no pairing made regions
+        (names, mapping files: the 100k-node statistics pair asks 100k times)."""
+        for i, (dump, _) in enumerate(self.entries):
+            if i == 0 or dump is not self.entries[i - 1][0]:
+                self.bench_call(i)  # pairs this step and rank
+        if not any(isinstance(p, PairMap) and p.regions for p in self._pairs.values()):
+            return _never
+        return lambda i: self.region_of(i) is not None
 
     def _other_code(self, index: int) -> bool:
         """Whether node ``index``'s two runs are two codebases of one framework."""
