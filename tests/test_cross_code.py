@@ -132,3 +132,46 @@ def test_a_shuffle_or_other_values_still_fail(tmp_path: Path) -> None:
     assert not ok and "relative error" in detail
     ok, detail = _judge((Y * 1.01).astype(np.float32), Y, tmp_path)
     assert not ok and "relative error" in detail
+
+
+def test_a_mask_written_as_minus_inf_against_finfo_min_compares_the_rest(tmp_path: Path) -> None:
+    """TransformerLens masks with -inf, transformers with finfo(float32).min: the same mask;
+    a position masked on one side only is still a difference."""
+    scores = (RNG.standard_normal((2, 4, 8, 8)) * 0.1).astype(np.float32)
+    upper = np.triu(np.ones((8, 8), bool), 1)
+    npu = np.where(upper, -np.inf, scores).astype(np.float32)
+    bench = np.where(upper, np.finfo(np.float32).min, scores).astype(np.float32)
+    t = compare_tensor(_rec(npu, where=tmp_path, name="n"), _rec(bench, where=tmp_path, name="b"),
+                       "float32", CompareCriteria())
+    assert t.ok and "a mask written as -inf" in t.judgement.detail
+    shifted = np.where(np.triu(np.ones((8, 8), bool), 2), -np.inf, scores).astype(np.float32)
+    ok, _ = _judge(shifted, bench, tmp_path)
+    assert not ok
+
+
+def test_statistics_of_two_masks_are_not_checked_rather_than_failed() -> None:
+    from pytest_accuracy.compare.criteria import judge_stats
+    from pytest_accuracy.compare.metrics import stats_metrics
+
+    tol = CompareCriteria().tolerance("float32")
+    minus_inf = Stats(0.5, -np.inf, -np.inf, np.inf)
+    finfo = Stats(0.5, -3.4e38, -1.7e38, 1.2e39)
+    judged = judge_stats(stats_metrics(minus_inf, finfo), "float32", tol)
+    assert judged.ok and not judged.checked and "mask" in judged.detail
+    overflow = Stats(0.5, -np.inf, -np.inf, np.inf)
+    finite = Stats(0.5, -0.4, 0.0, 3.0)
+    assert not judge_stats(stats_metrics(overflow, finite), "float32", tol).ok
+
+
+def test_a_region_equal_up_to_its_sign_passes_and_says_so(tmp_path: Path) -> None:
+    """TransformerLens' loss is -mean(log p): the dump records mean(log p), the bench
+    cross_entropy. Only a region pair is asked; another value still fails."""
+    from pytest_accuracy.compare.judge import negated_region
+
+    loss = np.array(4.150861, np.float32)
+    got = negated_region(_rec(-loss, where=tmp_path, name="n"),
+                         _rec(loss, where=tmp_path, name="b"), "float32", CompareCriteria())
+    assert got is not None and got.ok and "up to its sign" in got.judgement.detail
+    assert negated_region(_rec(-loss * 1.01, where=tmp_path, name="n2"),
+                          _rec(loss, where=tmp_path, name="b2"), "float32",
+                          CompareCriteria()) is None

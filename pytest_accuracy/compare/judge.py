@@ -22,11 +22,12 @@ from pytest_accuracy.compare.fold import as_float64
 from pytest_accuracy.compare.metrics import (
     StatsMetrics,
     TensorMetrics,
+    negated,
     stats_metrics,
     tensor_metrics,
 )
 from pytest_accuracy.compare.results import NodeResult, TensorComparison
-from pytest_accuracy.dumps.model import FLOAT_EPS, Call, Stats, TensorRecord, is_float_dtype
+from pytest_accuracy.dumps.model import FLOAT_EPS, Call, TensorRecord, is_float_dtype
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.pairing.dp import stats_gap
 
@@ -226,10 +227,9 @@ def negated_region(npu: TensorRecord, bench: TensorRecord, dtype: str,
         judged = judge_tensor(metrics, dtype, tol)
         detail: TensorMetrics | StatsMetrics = metrics
     else:
-        st = npu.stats
-        if None in (st.max, st.min, st.mean, st.norm):
+        flipped = negated(npu.stats)
+        if flipped is None:
             return None
-        flipped = Stats(-st.min, -st.max, -st.mean, abs(st.norm))  # type: ignore[operator,arg-type]
         detail = stats_metrics(flipped, bench.stats)
         judged = judge_stats(detail, dtype, tol)
     if not judged.ok or not judged.checked:

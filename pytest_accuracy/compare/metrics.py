@@ -180,6 +180,14 @@ def stats_metrics(npu: Stats, bench: Stats) -> StatsMetrics:
 _MASK_VALUE = -1e4  # as compare.judge.MASK_VALUE (metrics is below judge)
 
 
+def negated(stats: Stats) -> Stats | None:
+    """The statistics of the negated tensor (None where one is not recorded)."""
+    high, low, mean, norm = stats.max, stats.min, stats.mean, stats.norm
+    if high is None or low is None or mean is None or norm is None:
+        return None
+    return Stats(-low, -high, -mean, abs(norm))
+
+
 def _nonfinite(value: float | None) -> int:
     return 0 if value is None or math.isfinite(value) else 1
 

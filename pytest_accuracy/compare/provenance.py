@@ -17,7 +17,7 @@ from pytest_accuracy.compare.findings import (
     scalar_diffs,
 )
 from pytest_accuracy.compare.judge import diverging_in_metadata, outputs_diverge_in_metadata
-from pytest_accuracy.compare.metrics import stats_metrics
+from pytest_accuracy.compare.metrics import negated, stats_metrics
 from pytest_accuracy.compare.results import Finding
 from pytest_accuracy.compare.stats_table import StatsTable
 from pytest_accuracy.compare.twins import identical_steps, same_record, twin_step_before
@@ -25,7 +25,6 @@ from pytest_accuracy.dumps.model import (
     FLOAT_EPS,
     Call,
     Dump,
-    Stats,
     TensorRecord,
     is_float_dtype,
 )
@@ -185,11 +184,8 @@ def _diverges(call: Call, bench: Call, region: bool, dtype: str, criteria: Compa
     tol = criteria.tolerance(eff)
     if judge_stats(stats_metrics(mine.stats, theirs.stats), eff, tol).ok:
         return False
-    st = mine.stats  # the region's value before a negation the dump does not record
-    if None in (st.max, st.min, st.mean, st.norm):
-        return True
-    flipped = Stats(-st.min, -st.max, -st.mean, abs(st.norm))  # type: ignore[operator,arg-type]
-    return not judge_stats(stats_metrics(flipped, theirs.stats), eff, tol).ok
+    flipped = negated(mine.stats)  # the region's value before a negation not recorded
+    return flipped is None or not judge_stats(stats_metrics(flipped, theirs.stats), eff, tol).ok
 
 
 # the findings of a node without any: one list for them all (never changed; 5 MB at 100k)
