@@ -6,8 +6,9 @@ the same name then denotes different calls.  Within one framework, an API called
 both runs keeps its names (a shape that differs at the same call is the compare's to report:
 tensor parallelism, a bug); the calls of an API called more often in one run are aligned
 (``align.auto_pairing``: op, shapes, dtypes, statistics, enclosing module, the name as one
-more piece of evidence); modules pair by path, whatever their class.  Across frameworks
-everything is aligned.
+more piece of evidence); modules pair by path, whatever their class.  Across frameworks,
+and between two codebases of one framework (``other_code``: other call order, many calls
+moved, other module paths), everything is aligned, values first (``anchors``).
 """
 
 from __future__ import annotations
