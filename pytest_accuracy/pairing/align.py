@@ -555,16 +555,29 @@ def _unswap(a: list[Call], b: list[Call], pins: list[tuple[int, int]],
 
 
 def _feeding(a: list[Call], rows: range, end: int) -> set[int]:
-    """The calls of ``rows`` whose output reaches ``a[end]`` through the calls between (one
-    run's own tensors: a consumer's input records the producer's output statistics exactly)."""
-    wanted = {fp for r in a[end].input_tensors if (fp := fingerprint(r)) is not None}
+    """The calls of ``rows`` whose output reaches ``a[end]`` within a few computing calls
+    (one run's own tensors: a consumer's input records the producer's output statistics
+    exactly). A short stretch that agrees again is another decomposition (normalize against
+    pow, mean, add, rsqrt); a long one may hide a small error that rounding swallowed."""
+    hops = {fp: 0 for r in a[end].input_tensors if (fp := fingerprint(r)) is not None}
     found: set[int] = set()
     for k in reversed(rows):
-        out = [fp for r in a[k].output_tensors if (fp := fingerprint(r)) is not None]
-        if any(fp in wanted for fp in out):
-            found.add(k)
-            wanted |= {fp for r in a[k].input_tensors if (fp := fingerprint(r)) is not None}
+        outs = [hops[fp] for r in a[k].output_tensors
+                if (fp := fingerprint(r)) is not None and fp in hops]
+        if not outs:
+            continue
+        depth = min(outs) + (0 if is_identity(a[k]) else 1)
+        if depth > _DECOMPOSITION_HOPS:
+            continue
+        found.add(k)
+        for r in a[k].input_tensors:
+            fp = fingerprint(r)
+            if fp is not None and hops.get(fp, depth + 1) > depth:
+                hops[fp] = depth
     return found
+
+
+_DECOMPOSITION_HOPS = 3
 
 
 def _kind(call: Call) -> str:
