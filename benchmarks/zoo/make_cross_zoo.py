@@ -23,7 +23,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from make_zoo import first_diff, matches, run_forked, steps  # noqa: E402
+from make_zoo import first_diff, run_forked, steps, truth_entry  # noqa: E402
 
 LEVELS = ("L1", "L0", "mix")
 V, HID, HEADS, INTER, LAYERS, EPS, B, S, STEPS = 64, 32, 4, 64, 2, 1e-6, 2, 8, 2
@@ -277,12 +277,10 @@ def main() -> None:
                         print(f"WARNING: {c} {level}: bug leaves the dump bit-identical")
                         entry["note"] = "bug invisible at this level"
                     else:
-                        ok = site is not None and matches(site, level, got, npu)
-                        entry.update(expected=got["name"], step=got["step"], detectable=True,
-                                     max_abs_diff=got["max_abs_diff"], matches_injection=ok)
+                        entry.update(truth_entry(site, level, got, npu))
                         if "first_differing_record" in got:
                             entry["first_differing_record"] = got["first_differing_record"]
-                        if not ok:
+                        if not entry["matches_injection"]:
                             print(f"WARNING: {c} {level}: first diff {got} is not the "
                                   f"injected site {site}")
                 else:

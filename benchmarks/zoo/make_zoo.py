@@ -238,6 +238,14 @@ def _parents(dump: Path, step: int, name: str) -> list[str]:
     return out
 
 
+def truth_entry(site: Site | None, level: str, got: dict[str, Any], dump: Path
+                ) -> dict[str, Any]:
+    """A level's truth from the first differing node (``first_diff``) of ``dump``."""
+    return {"expected": got["name"], "step": got["step"], "detectable": True,
+            "max_abs_diff": got["max_abs_diff"],
+            "matches_injection": site is not None and matches(site, level, got, dump)}
+
+
 def matches(site: Site, level: str, got: dict[str, Any], clean: Path) -> bool:
     step, mod, api = site
     if got["step"] != step:
@@ -345,10 +353,8 @@ def main() -> None:
                     print(f"WARNING: {c} {level}: bug leaves the dump bit-identical")
                     entry["note"] = "bug invisible at this level"
                 else:
-                    ok = site is not None and matches(site, level, got, clean)
-                    entry.update(expected=got["name"], step=got["step"], detectable=True,
-                                 max_abs_diff=got["max_abs_diff"], matches_injection=ok)
-                    if not ok:
+                    entry.update(truth_entry(site, level, got, clean))
+                    if not entry["matches_injection"]:
                         print(f"WARNING: {c} {level}: first diff {got} is not the injected "
                               f"site {site}")
             else:

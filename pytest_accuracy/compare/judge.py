@@ -20,6 +20,7 @@ from pytest_accuracy.compare.criteria import (
 )
 from pytest_accuracy.compare.fold import as_float64
 from pytest_accuracy.compare.metrics import (
+    MASK_VALUE,
     StatsMetrics,
     TensorMetrics,
     negated,
@@ -182,11 +183,6 @@ def compare_tensor(
     return TensorComparison(
         npu.path, npu, bench, dtype, judge_stats(stats, dtype, tol), stats, "statistics"
     )
-
-
-# A mask written as a large negative number where the other codebase writes -inf: -1e4 is
-# the smallest such value in use (BERT's extended attention mask); softmax makes both 0.
-MASK_VALUE = -1e4
 
 
 def _mask_written_otherwise(npu: np.ndarray, bench: np.ndarray, dtype: str, tol: Tolerance

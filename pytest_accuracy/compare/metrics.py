@@ -144,7 +144,7 @@ def stats_metrics(npu: Stats, bench: Stats) -> StatsMetrics:
                        + _nonfinite(b_norm))
     masked = (n_min is not None and b_min is not None and n_max is not None
               and b_max is not None and math.isfinite(n_max) and math.isfinite(b_max)
-              and -math.inf in (n_min, b_min) and max(n_min, b_min) <= _MASK_VALUE)
+              and -math.inf in (n_min, b_min) and max(n_min, b_min) <= MASK_VALUE)
     if ((n_max is None or b_max is None) and (n_min is None or b_min is None)
             and (n_mean is None or b_mean is None) and (n_norm is None or b_norm is None)):
         return StatsMetrics(status="missing_stats", nonfinite_npu=nonfinite_npu,
@@ -177,7 +177,9 @@ def stats_metrics(npu: Stats, bench: Stats) -> StatsMetrics:
     )
 
 
-_MASK_VALUE = -1e4  # as compare.judge.MASK_VALUE (metrics is below judge)
+# A mask written as a large negative number where another codebase writes -inf: -1e4 is the
+# smallest such value in use (BERT's extended attention mask); softmax makes both 0.
+MASK_VALUE = -1e4
 
 
 def negated(stats: Stats) -> Stats | None:

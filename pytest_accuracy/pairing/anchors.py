@@ -96,8 +96,8 @@ class Producer:
     position: int
     print: Print
     dtype: str  # the least precise dtype its run went through up to it: how close is "same"
-    own_dtype: str = "float32"  # its record's: how close another op's value must be
-    op: str = ""
+    own_dtype: str  # its record's: how close another op's value must be
+    op: str
 
 
 def producers(calls: Sequence[Call]) -> list[Producer]:
