@@ -142,6 +142,10 @@ def _likely_cause(cmp: Comparison, result: NodeResult) -> str | None:
     for finding in result.findings:
         if finding.kind in ("argument", "precision"):
             return finding.detail
+    local = result.local
+    if local is not None and local.detail and any(
+            f.kind == "local_error" for f in result.findings):
+        return f"a different norm eps:{local.detail.removeprefix(';')}"
     region = cmp.region_of(result.index)
     if region is not None:
         return (f"compared with the region the bench computes instead ({region}): the error "
@@ -150,7 +154,9 @@ def _likely_cause(cmp: Comparison, result: NodeResult) -> str | None:
         # another module class or op where the bench has its own (an aligned pair): said as
         # the cause, never a failure by itself (a renamed class, an equivalent kernel)
         dump = cmp.entries[result.index][0]
-        same = dump.framework == cmp.bench.dumps[(dump.step, dump.rank)].framework
+        # two codebases name their classes apart, as two frameworks do
+        same = (dump.framework == cmp.bench.dumps[(dump.step, dump.rank)].framework
+                and not cmp.other_code(result.index))
         for other in (module_class_finding(result.npu, result.bench, same),
                       op_finding(result.npu, result.bench, same)):
             if other is not None:

@@ -206,7 +206,7 @@ class Comparison:
         """Run-wide metadata facts (findings, divergence flags, producers, twins)."""
         return provenance.build(
             self.entries, self.bench_call, self._bench_framework, self.effective_dtypes,
-            self.criteria, self._in_region(), self._other_code,
+            self.criteria, self._in_region(), self.other_code,
         )
 
     def _in_region(self) -> Callable[[int], bool]:
@@ -219,7 +219,7 @@ class Comparison:
             return _never
         return lambda i: self.region_of(i) is not None
 
-    def _other_code(self, index: int) -> bool:
+    def other_code(self, index: int) -> bool:
         """Whether node ``index``'s two runs are two codebases of one framework."""
         dump = self.entries[index][0]
         self.bench_call(index)

@@ -95,10 +95,11 @@ def load_norm(call: Call, kind: str) -> NormCall:
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
         raise Unsupported("non-finite values in the norm's input or output")
     width = x.shape[-1]
-    # MindSpore's nn.LayerNorm names them gamma and beta; x-transformers' RMSNorm g
-    weight = _param(call, ("weight", "gamma", "g", "scale"), width)
-    bias = _param(call, ("bias", "beta"), width)
-    known = {"weight", "gamma", "g", "scale", "bias", "beta"}
+    # MindSpore's nn.LayerNorm names them gamma and beta; x-transformers' RMSNorm g,
+    # TransformerLens' norms w and b
+    weight = _param(call, _WEIGHTS, width)
+    bias = _param(call, _BIASES, width)
+    known = {*_WEIGHTS, *_BIASES}
     unknown = [r.path for r in call.parameters if r.path.rsplit(".", 1)[-1] not in known]
     if unknown:  # a replay with a weight of ones would call a right norm wrong
         raise Unsupported(f"norm parameter(s) {', '.join(unknown)} of unknown role")
@@ -107,6 +108,10 @@ def load_norm(call: Call, kind: str) -> NormCall:
         x = x - x.mean(axis=1, keepdims=True)
     return NormCall(x, y, np.ones(width) if weight is None else weight,
                     np.zeros(width) if bias is None else bias)
+
+
+_WEIGHTS = ("weight", "gamma", "g", "scale", "w")
+_BIASES = ("bias", "beta", "b")
 
 
 def _param(call: Call, names: tuple[str, ...], width: int) -> np.ndarray | None:

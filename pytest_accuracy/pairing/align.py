@@ -36,6 +36,7 @@ from pytest_accuracy.pairing.anchors import (
     by_parameters,
     close,
     fingerprint,
+    increasing_chain,
     is_identity,
     leading,
     width,
@@ -115,7 +116,7 @@ def auto_pairing(
     ``other_code``: one framework, two codebases, whose backward calls (gradients of
     other boundaries, a norm applied three times for q, k and v) pair by value only."""
     aligner = _Aligner(npu, bench, api_map or load_api_map(), min_confidence)
-    aligner.values_only_backward = other_code
+    aligner.other_code = other_code
     return aligner.run()
 
 
@@ -145,7 +146,7 @@ class _Aligner:
         self.vocab = Vocab()
         self.result = AlignmentResult()
         self.used: set[str] = set()
-        self.values_only_backward = False
+        self.other_code = False  # two codebases: paths, depths and names are no evidence
 
     def run(self) -> AlignmentResult:
         mods_a = _calls(self.npu, "module", "forward")
@@ -163,7 +164,7 @@ class _Aligner:
             rest_a = [c for c in _calls(self.npu, kind, direction) if not self._done(c)]
             rest_b = [c for c in _calls(self.bench, kind, direction) if c.name not in self.used]
             self._anchored(rest_a, rest_b, module=module,
-                           align=not (self.values_only_backward and direction == "backward"))
+                           align=not (self.other_code and direction == "backward"))
         return self._finish()
 
     # ----------------------------------------------------------------- bookkeeping
@@ -178,6 +179,7 @@ class _Aligner:
         if conf < self.min_confidence:
             self.result.rejected[npu] = (bench, conf, evidence)
             return
+        self.result.rejected.pop(npu, None)
         self.result.pairs[npu] = bench
         self.result.confidence[npu] = round(conf, 4)
         self.result.evidence[npu] = evidence
@@ -201,10 +203,16 @@ class _Aligner:
         anchors are aligned among themselves, never across an anchor."""
         pins, crossing = anchor(a, b)
         weights: list[tuple[int, int]] = []
-        if module:  # the same weights, where outputs no longer agree (after a bug)
-            taken_a, taken_b = {i for i, _ in pins + crossing}, {j for _, j in pins + crossing}
-            weights = [(i, j) for i, j in by_parameters(a, b)
-                       if i not in taken_a and j not in taken_b]
+        if module:
+            # The same weights pair modules before their values do: after a bug outputs no
+            # longer agree, and one value leaves several nested modules (o_proj's is its
+            # attention's), of which the one computing with the same weights is the peer.
+            weights = by_parameters(a, b)
+            by_w_a, by_w_b = dict(weights), {j: i for i, j in weights}
+            pins = [(i, j) for i, j in pins if by_w_a.get(i, j) == j and by_w_b.get(j, i) == i]
+            crossing = [(i, j) for i, j in crossing
+                        if by_w_a.get(i, j) == j and by_w_b.get(j, i) == i]
+            weights = [w for w in weights if w not in set(pins + crossing)]
         if pins or crossing or weights:
             sa, sb = self._features(a, npu=True), self._features(b, npu=False)
             terms = MODULE_TERMS if module else API_TERMS
@@ -225,10 +233,12 @@ class _Aligner:
                 # another decomposition reaching the same value: only that value is shared
                 # (normalize's gradient against mul's; einsum against matmul's arguments)
                 self.result.regions[a[i].name] = f"{api_name(b[j])}, equal in value"
-        bounds = [(-1, -1), *pins, (len(a), len(b))]
+        # modules of the same weights bound the alignment too (after a bug, few values do)
+        agreed = set(pins)
+        bounds = [(-1, -1), *increasing_chain(sorted(agreed | set(weights))), (len(a), len(b))]
         for (i0, j0), (i1, j1) in pairwise(bounds):
             rows = range(i0 + 1, i1)
-            feeding = _feeding(a, rows, i1) if i0 >= 0 and i1 < len(a) else set()
+            feeding = (_feeding(a, rows, i1) if i0 >= 0 and (i1, j1) in agreed else set())
             if not align:
                 continue
             self._align([c for c in a[i0 + 1 : i1] if not self._done(c)],
@@ -323,7 +333,8 @@ class _Aligner:
                           and _inputs_agree(a[i], b[j])
                           and not (module and (a[i].parameters or b[j].parameters))
                           and not is_identity(a[i]) and not is_identity(b[j])), None)
-                if j is None or self._done(a[i]):
+                # one the alignment found too unlike its partner to pair may still be this
+                if j is None or a[i].name in self.result.pairs or a[i].name in self.result.inside:
                     continue
                 free = [k for k in free if k > j]
                 conf, evidence = explain(sa, sb, i, j, MODULE_TERMS if module else API_TERMS,
@@ -378,11 +389,16 @@ class _Aligner:
             cols["out"].append(_known(v, sig(outs, squeeze=False)))
             cols["out_sq"].append(_known(v, sig(outs, squeeze=True)))
             cols["inp"].append(_known(v, sig(sorted(ins, key=rec_key), squeeze=False)))
-            cols["name"].append(v("name:" + c.name) if same_framework else -1)
+            # across codebases a module's path, depth and name say nothing of its peer
+            path_words = same_framework and not (self.other_code and c.kind != "api")
+            cols["name"].append(v("name:" + c.name) if path_words else -1)
             cols["ident"].append(v("ident:" + str(is_identity(c))))
             if c.kind == "api":
                 self._api_columns(c, cols, npu=npu)
-                parent = parent_pairs.get(c.parent or "") if npu else c.parent
+                if self.other_code:
+                    parent = self._paired_ancestor(c, npu=npu)
+                else:
+                    parent = parent_pairs.get(c.parent or "") if npu else c.parent
                 cols["parent"].append(v(parent) if parent else -1)
             else:
                 scope = module_scope(c)
@@ -391,14 +407,30 @@ class _Aligner:
                 if c.kind == "params_grad":
                     params = sorted(str(r.shape) for r in outs)
                 cols["params"].append(v("p:" + ";".join(params)))
-                cols["depth"].append(depth.get(c.name, -1))
+                cols["depth"].append(depth.get(c.name, -1) if path_words else -1)
                 nums = [s for s in scope.split(".") if s.isdigit()]
-                cols["nums"].append(v("n:" + ".".join(nums)))
+                cols["nums"].append(v("n:" + ".".join(nums)) if path_words else -1)
         width = max(len(x) for x in cols.values())
         arrays = {k: np.array(x if x else [-1] * width, dtype=np.int64) for k, x in cols.items()}
         labels = [api_name(c) if c.kind == "api" else c.op for c in calls]
         stats = np.array([call_stats(c) for c in calls], dtype=np.float64)
         return Seq([c.name for c in calls], labels, arrays, stats, v)
+
+    def _paired_ancestor(self, call: Call, *, npu: bool) -> str | None:
+        """The innermost module around ``call`` that has a peer, in bench names: one codebase
+        calls its output projection inside the attention, the other inside a Linear of its
+        own that the first has no module for."""
+        dump, name = (self.npu if npu else self.bench), call.parent
+        for _ in range(_ANCESTOR_HOPS):
+            if not name:
+                return None
+            if npu and name in self.result.pairs:
+                return self.result.pairs[name]
+            if not npu and name in self.used:
+                return name
+            up = dump.get(name)
+            name = up.parent if up is not None else None
+        return None
 
     def _leading(self, call: Call) -> list[TensorRecord]:
         """The outputs alignment compares: a fused kernel's auxiliary outputs left out."""
@@ -475,7 +507,7 @@ class _Aligner:
         npu_fwd, bench_fwd = self.npu.get(fwd), self.bench.get(self.result.pairs[fwd])
         if npu_fwd is None or bench_fwd is None or self.npu.framework != self.bench.framework:
             return True  # across frameworks the API map says which arguments correspond
-        if self.values_only_backward and fwd in self._made_again:
+        if self.other_code and fwd in self._made_again:
             self.result.inside[call.name] = (
                 f"its forward {fwd} computes a value its run computes again elsewhere "
                 "(TransformerLens normalises once for each of q, k and v): its gradient is a "
@@ -578,6 +610,7 @@ def _feeding(a: list[Call], rows: range, end: int) -> set[int]:
 
 
 _DECOMPOSITION_HOPS = 3
+_ANCESTOR_HOPS = 64  # module nesting is shallow; construct.json's depth is checked on read
 
 
 def _kind(call: Call) -> str:

@@ -157,12 +157,12 @@ def anchor(a: Sequence[Call], b: Sequence[Call]) -> tuple[list[tuple[int, int]],
         hits = index.matches(p)
         if len(hits) == 1 and len(back.matches(hits[0])) == 1:
             found.append((p.position, hits[0].position))
-    chain = _increasing(found)
+    chain = increasing_chain(found)
     for _ in range(_REFINE_ROUNDS):
         more = _within_gaps(mine, chain, index, back)
         if not more:
             break
-        chain = _increasing(sorted(set(chain) | set(more)))
+        chain = increasing_chain(sorted(set(chain) | set(more)))
     kept = set(chain)
     return chain, [f for f in found if f not in kept]
 
@@ -201,7 +201,7 @@ def _within_gaps(mine: list[Producer], chain: list[tuple[int, int]], index: Valu
     return out
 
 
-def _increasing(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def increasing_chain(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The longest chain of pairs increasing in both positions (pairs come sorted by i)."""
     tails: list[int] = []  # smallest j ending a chain of each length
     ends: list[int] = []  # index into pairs of that chain's end
@@ -221,21 +221,35 @@ def _increasing(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return chain[::-1]
 
 
-def _param_print(call: Call) -> tuple[Print, ...] | None:
-    prints = [fingerprint(p) for p in call.parameters]
-    if not prints or any(p is None for p in prints):
-        return None
-    return tuple(sorted(p for p in prints if p is not None))
+def _param_prints(calls: Sequence[Call]) -> list[tuple[Print, ...] | None]:
+    """Each module call's parameters with those of the module calls inside it, once per
+    module path: what it computes with, wherever the codebase keeps it (transformers'
+    attention holds none of its own, its q/k/v/o projections do; another codebase's holds
+    them all). All-zero tensors (biases one side leaves out) add nothing."""
+    where = {c.name: k for k, c in enumerate(calls)}
+    held: list[dict[str, Print]] = [{} for _ in calls]
+    for k, c in enumerate(calls):
+        own = {f"{c.scope}.{p.path}": fingerprint(p) for p in c.parameters}
+        up: int | None = k
+        while up is not None:
+            held[up].update(own)
+            parent = calls[up].parent
+            up = where.get(parent) if parent else None
+    out: list[tuple[Print, ...] | None] = []
+    for prints in held:
+        kept = [p for p in prints.values() if p is None or p[1] != 0.0]
+        out.append(None if not kept or any(p is None for p in kept)
+                   else tuple(sorted(p for p in kept if p is not None)))
+    return out
 
 
 def by_parameters(a: Sequence[Call], b: Sequence[Call]) -> list[tuple[int, int]]:
-    """Module calls whose parameters hold the same values (a weight converted from the
+    """Module calls computing with the same parameter values (a weight converted from the
     other codebase's, permuted or transposed: its statistics stay), unique on both sides:
     a module is its weights, whatever its path or its output after a bug upstream."""
     def index(calls: Sequence[Call]) -> dict[tuple[int, ...], list[tuple[int, tuple[Print, ...]]]]:
         out: dict[tuple[int, ...], list[tuple[int, tuple[Print, ...]]]] = {}
-        for k, c in enumerate(calls):
-            key = _param_print(c)
+        for k, key in enumerate(_param_prints(calls)):
             if key is not None:
                 out.setdefault(tuple(p[0] for p in key), []).append((k, key))
         return out
