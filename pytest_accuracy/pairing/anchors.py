@@ -227,7 +227,7 @@ def _param_prints(calls: Sequence[Call]) -> list[tuple[Print, ...] | None]:
     attention holds none of its own, its q/k/v/o projections do; another codebase's holds
     them all). All-zero tensors (biases one side leaves out) add nothing."""
     where = {c.name: k for k, c in enumerate(calls)}
-    held: list[dict[str, Print]] = [{} for _ in calls]
+    held: list[dict[str, Print | None]] = [{} for _ in calls]
     for k, c in enumerate(calls):
         own = {f"{c.scope}.{p.path}": fingerprint(p) for p in c.parameters}
         up: int | None = k
