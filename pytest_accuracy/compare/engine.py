@@ -152,11 +152,21 @@ class Comparison:
             return None
         key = (dump.step, dump.rank)
         if key not in self._pairs:
+            self._pair_first_step(dump.rank)
             self._pairs[key] = self.pairing(dump, bench_dump)
         name = self._pairs[key].get(call.name)
         bench = bench_dump.get(name) if name else None
         self._bench_calls[index], self._looked_up[index] = bench, 1
         return bench
+
+    def _pair_first_step(self, rank: int) -> None:
+        """Pairs a rank's first step before its others, whichever is asked for first: a
+        pairing may learn from an earlier step of the same runs (the same code runs every
+        step), and must learn the same thing in every process."""
+        first = next(((s, r) for s, r in sorted(self.npu.dumps)
+                      if r == rank and (s, r) in self.bench.dumps), None)
+        if first is not None and first not in self._pairs:
+            self._pairs[first] = self.pairing(self.npu.dumps[first], self.bench.dumps[first])
 
     def region_of(self, index: int) -> str | None:
         """The region a region-node pair's call is compared with (in words), else None."""

@@ -21,7 +21,7 @@ evidence allows); pairs below ``min_confidence`` are not used (kept in ``rejecte
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import pairwise
@@ -83,6 +83,9 @@ class AlignmentResult:
     evidence: dict[str, str] = field(default_factory=dict)
     rejected: dict[str, tuple[str, float, str]] = field(default_factory=dict)
     unmatched: list[str] = field(default_factory=list)  # NPU nodes with no accepted pair
+    # NPU nodes paired by the evidence of values (the same value, the same weights)
+    agreed: set[str] = field(default_factory=set)
+    step: int = -1  # the step of the two dumps paired
     by_name: bool = False  # names held (same framework, same calls): no alignment ran
     why_aligned: str = ""  # why names could not be taken as identity
 
@@ -111,12 +114,16 @@ def auto_pairing(
     api_map: ApiMap | None = None,
     min_confidence: float = DEFAULT_MIN_CONFIDENCE,
     other_code: bool = False,
+    earlier: AlignmentResult | None = None,
 ) -> AlignmentResult:
     """Pair the nodes of two dumps of the same model from different frameworks or runs.
     ``other_code``: one framework, two codebases, whose backward calls (gradients of
-    other boundaries, a norm applied three times for q, k and v) pair by value only."""
+    other boundaries, a norm applied three times for q, k and v) pair by value only.
+    ``earlier``: the pairing of an earlier step of the same runs (its pairs by value)."""
     aligner = _Aligner(npu, bench, api_map or load_api_map(), min_confidence)
     aligner.other_code = other_code
+    aligner.earlier = earlier
+    aligner.result.step = npu.step
     return aligner.run()
 
 
@@ -147,6 +154,7 @@ class _Aligner:
         self.result = AlignmentResult()
         self.used: set[str] = set()
         self.other_code = False  # two codebases: paths, depths and names are no evidence
+        self.earlier: AlignmentResult | None = None  # an earlier step of the same runs
 
     def run(self) -> AlignmentResult:
         mods_a = _calls(self.npu, "module", "forward")
@@ -158,6 +166,8 @@ class _Aligner:
         apis_a = _calls(self.npu, "api", "forward")
         apis_b = _calls(self.bench, "api", "forward")
         self._anchored(apis_a, apis_b, module=False)
+        if self.other_code:
+            self._pair_masks(apis_a, apis_b)
         self._follow_forward()
         for kind, module in (("api", False), ("module", True), ("params_grad", True)):
             direction = "params_grad" if kind == "params_grad" else "backward"
@@ -201,38 +211,8 @@ class _Aligner:
                   align: bool = True) -> None:
         """Calls that make the same value pair first (value anchors); the calls between two
         anchors are aligned among themselves, never across an anchor."""
-        pins, crossing = anchor(a, b)
-        weights: list[tuple[int, int]] = []
-        if module:
-            # The same weights pair modules before their values do: after a bug outputs no
-            # longer agree, and one value leaves several nested modules (o_proj's is its
-            # attention's), of which the one computing with the same weights is the peer.
-            weights = by_parameters(a, b)
-            by_w_a, by_w_b = dict(weights), {j: i for i, j in weights}
-            pins = [(i, j) for i, j in pins if by_w_a.get(i, j) == j and by_w_b.get(j, i) == i]
-            crossing = [(i, j) for i, j in crossing
-                        if by_w_a.get(i, j) == j and by_w_b.get(j, i) == i]
-            weights = [w for w in weights if w not in set(pins + crossing)]
-        if pins or crossing or weights:
-            sa, sb = self._features(a, npu=True), self._features(b, npu=False)
-            terms = MODULE_TERMS if module else API_TERMS
-        for i, j in weights:
-            _, how = explain(sa, sb, i, j, terms, op=not module)
-            self._add(a[i].name, b[j].name, 1.0, f"same parameter values; {how}")
-        pins, crossing, swapped = _unswap(a, b, pins, crossing)
-        for i, j in swapped:
-            _, how = explain(sa, sb, i, j, terms, op=not module)
-            self._add(a[i].name, b[j].name, 1.0, f"in its place; its value is that of the "
-                      f"bench's next call of its kind, in the other order (a swap); {how}")
-        for i, j in sorted(pins + crossing):
-            _, how = explain(sa, sb, i, j, terms, op=not module)
-            self._add(a[i].name, b[j].name, 1.0,
-                      f"same value ({_value_words(a[i], b[j])}); {how}")
-            if not module and a[i].name in self.result.pairs and not _same_op(
-                    self.amap, a[i], b[j]):
-                # another decomposition reaching the same value: only that value is shared
-                # (normalize's gradient against mul's; einsum against matmul's arguments)
-                self.result.regions[a[i].name] = f"{api_name(b[j])}, equal in value"
+        pins, weights = self._pin(a, b, module=module)
+        pins += self._as_before(a, b, pins + weights)
         # modules of the same weights bound the alignment too (after a bug, few values do)
         agreed = set(pins)
         bounds = [(-1, -1), *increasing_chain(sorted(agreed | set(weights))), (len(a), len(b))]
@@ -247,6 +227,70 @@ class _Aligner:
             if not module and i0 >= 0 and i1 < len(a) and j1 < len(b):
                 self._anchor_region(a, b, range(i0 + 1, i1 + 1), range(j0 + 1, j1 + 1))
             self._note_inside(a, b, [k for k in rows if k in feeding], range(j0 + 1, j1), i1)
+
+    def _pin(self, a: list[Call], b: list[Call], *, module: bool
+             ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """Pair the calls of the same value (and modules of the same weights): the value
+        anchors in an order both runs keep, and the weight pairs."""
+        pins, crossing = anchor(a, b)
+        weights: list[tuple[int, int]] = []
+        if module:
+            # The same weights pair modules before their values do: after a bug outputs no
+            # longer agree, and one value leaves several nested modules (o_proj's is its
+            # attention's), of which the one computing with the same weights is the peer.
+            weights = by_parameters(a, b)
+            by_w_a, by_w_b = dict(weights), {j: i for i, j in weights}
+            pins = [(i, j) for i, j in pins if by_w_a.get(i, j) == j and by_w_b.get(j, i) == i]
+            crossing = [(i, j) for i, j in crossing
+                        if by_w_a.get(i, j) == j and by_w_b.get(j, i) == i]
+            weights = [w for w in weights if w not in set(pins + crossing)]
+        if not (pins or crossing or weights):
+            return pins, weights
+        sa, sb = self._features(a, npu=True), self._features(b, npu=False)
+        terms = MODULE_TERMS if module else API_TERMS
+        pins, crossing, swapped = _unswap(a, b, pins, crossing)
+        found = [(ij, "same parameter values") for ij in weights]
+        found += [(ij, "in its place; its value is that of the bench's next call of its kind, "
+                   "in the other order (a swap)") for ij in swapped]
+        found += [((i, j), f"same value ({_value_words(a[i], b[j])})")
+                  for i, j in sorted(pins + crossing)]
+        for (i, j), why in found:
+            _, how = explain(sa, sb, i, j, terms, op=not module)
+            self._add(a[i].name, b[j].name, 1.0, f"{why}; {how}")
+            if self.result.pairs.get(a[i].name) == b[j].name:
+                self.result.agreed.add(a[i].name)
+            if (not module and a[i].name in self.result.pairs and (i, j) not in weights
+                    and not _same_op(self.amap, a[i], b[j])):
+                # another decomposition reaching the same value: only that value is shared
+                # (normalize's gradient against mul's; einsum against matmul's arguments)
+                self.result.regions[a[i].name] = f"{api_name(b[j])}, equal in value"
+        return pins, weights
+
+    def _as_before(self, a: list[Call], b: list[Call], taken: list[tuple[int, int]]
+                   ) -> list[tuple[int, int]]:
+        """Forward calls paired by value at an earlier step of these runs pair again, and
+        those left inside another decomposition there stay inside: the same code runs every
+        step, and a bug since (a learning rate) changes values, not code."""
+        before = self.earlier
+        if before is None or not a or a[0].direction != "forward":
+            return []
+        where_b = {c.name: j for j, c in enumerate(b)}
+        used_a, used_b = {i for i, _ in taken}, {j for _, j in taken}
+        found = []
+        for i, c in enumerate(a):
+            j = where_b.get(before.pairs.get(c.name, "")) if c.name in before.agreed else None
+            if (j is not None and i not in used_a and j not in used_b
+                    and not self._done(c) and b[j].name not in self.used):
+                found.append((i, j))
+        chain = increasing_chain(found)
+        for i, j in chain:
+            self._add(a[i].name, b[j].name, 1.0, f"as at step {before.step}, where their "
+                      f"values agreed ({before.evidence.get(a[i].name, '')})")
+        for c in a:
+            why = before.inside.get(c.name)
+            if why is not None and not self._done(c):
+                self.result.inside[c.name] = f"as at step {before.step}: {why}"
+        return chain
 
     def _note_inside(self, a: list[Call], b: list[Call], rows: list[int], cols: range,
                      end: int) -> None:
@@ -465,6 +509,27 @@ class _Aligner:
             same = "same class" if call.op == other.op else f"class {call.op}~{other.op}"
             self._add(call.name, other.name, 1.0 if call.op == other.op else 0.9,
                       f"same module path {key[0] or '(root)'}; {same}")
+
+    def _pair_masks(self, a: list[Call], b: list[Call]) -> None:
+        """Calls left over that make no float value (a causal mask, token ids) have no
+        fingerprint to anchor on: the bench's only call of one op and shape pairs with the
+        NPU's first (a codebase that builds its mask in every layer against one that builds
+        it once), so that a mask built wrong is compared where it is made."""
+        def groups(calls: list[Call], free: Callable[[Call], bool]) -> dict[str, list[Call]]:
+            out: dict[str, list[Call]] = {}
+            for c in calls:
+                outs = c.output_tensors
+                if free(c) and outs and leading(c) is None:
+                    out.setdefault(f"{api_name(c)}:{sig(outs, squeeze=True)}", []).append(c)
+            return out
+
+        theirs = groups(b, lambda c: c.name not in self.used)
+        for key, mine in groups(a, lambda c: not self._done(c)).items():
+            other = theirs.get(key, [])
+            if len(other) == 1:
+                self._add(mine[0].name, other[0].name, self.min_confidence,
+                          f"the bench's only {api_name(other[0])} of this shape and the NPU's "
+                          f"first of {len(mine)}, neither making a float value")
 
     # ----------------------------------------------------------------- derived pairs
 

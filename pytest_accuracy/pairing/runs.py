@@ -30,15 +30,19 @@ def shifted_apis(npu: Dump, bench: Dump) -> dict[str, tuple[int, int]]:
             if mine[api] != theirs[api]}
 
 
-def pair_runs(npu: Dump, bench: Dump) -> AlignmentResult:
+def pair_runs(npu: Dump, bench: Dump, *,
+              earlier: AlignmentResult | None = None) -> AlignmentResult:
     """Pairs for one (step, rank): across frameworks aligned; within one, by name for the APIs
-    called as often in both runs and modules by path, the shifted APIs' calls aligned."""
+    called as often in both runs and modules by path, the shifted APIs' calls aligned.
+    ``earlier``: an earlier step's pairing of the same two codebases, whose pairs by value
+    hold where a bug since has changed the values."""
     if npu.framework != bench.framework:
         return auto_pairing(npu, bench)
     shifted = shifted_apis(npu, bench)
     other = other_code(npu, bench, shifted)
     if other:
-        result = auto_pairing(npu, bench, other_code=True)
+        template = earlier if earlier is not None and earlier.agreed else None
+        result = auto_pairing(npu, bench, other_code=True, earlier=template)
         result.why_aligned = other
         if isinstance(result.pairs, PairMap):
             result.pairs.other_code = True

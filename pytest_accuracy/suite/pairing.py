@@ -26,7 +26,11 @@ class InferredPairing:
 
         key = (npu.step, npu.rank)
         if key not in self.results:
-            result = (auto_pairing if self.always else pair_runs)(npu, bench)
+            # the rank's first step, paired first (Comparison): what agreed there by value
+            earlier = [k for k in self.results if k[1] == key[1] and k[0] < key[0]]
+            before = self.results[min(earlier)] if earlier else None
+            result = (auto_pairing(npu, bench) if self.always
+                      else pair_runs(npu, bench, earlier=before))
             if result.by_name:  # nothing reads its evidence (no mapping file): 7 MB at 100k
                 result.confidence, result.evidence = {}, {}
             self.results[key] = result
