@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pytest_accuracy.compare.local import LocalError
-from pytest_accuracy.compare.results import Finding, NodeResult
+from pytest_accuracy.compare.results import Finding, NodeResult, TensorComparison
+from pytest_accuracy.dumps.model import FLOAT_EPS
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,39 @@ def _own_or_carried(result: NodeResult, ctx: Context) -> None:
     earlier = ctx.earlier_divergence(result)
     if earlier is not None:
         _carry(result, earlier, _input_difference(result))
+    elif (noise := _rounding_carried(result)) is not None:
+        result.status, result.reason = "pass", noise
+
+
+ROUNDING = "carries its inputs' rounding"  # how such a pass's reason starts (the summary counts)
+# A product's relative error is the sum of its factors': an op may double its inputs' error
+_NOISE_GAIN = 2.0
+_LOW_PRECISION = ("bfloat16", "float16")
+
+
+def _rounding_carried(result: NodeResult) -> str | None:
+    """Why a node of a 16-bit step (its effective dtype), whose inputs are within tolerance,
+    only carries their rounding though its output is beyond it (no more than twice its worst
+    input's error, and one unit of its dtype): two codebases round in another order, and a
+    16-bit backward chain accumulates that to the band's edge. None where not so."""
+    inputs = [t for t in result.inputs if not t.path.startswith("parameters")]
+    if not inputs or not result.inputs_ok or result.inputs_identical:
+        return None
+    worst = max(_rel(t) or 0.0 for t in inputs)
+    for t in result.failing_outputs:
+        out = _rel(t)  # the precision a run went through (its effective dtype) is its noise
+        if t.dtype not in _LOW_PRECISION or out is None:
+            return None
+        if out > _NOISE_GAIN * worst + FLOAT_EPS[t.dtype]:
+            return None
+    dtype = result.failing_outputs[0].dtype if result.failing_outputs else ""
+    return (f"{ROUNDING}: its output's error is no more than its inputs bring (worst input "
+            f"relative error {worst:.3g}, within tolerance), as rounding in {dtype} accumulates")
+
+
+def _rel(t: TensorComparison) -> float | None:
+    value = getattr(t.metrics, "rel_l2_err", None)
+    return value if isinstance(value, float) else None
 
 
 def _carry(result: NodeResult, origin: str, why: str) -> None:

@@ -81,7 +81,10 @@ def node_record(
         "parent": result.npu.parent,  # construct.json: the report's module tree
     }
     if result.status in ("fail", "pass") and worst is not None and not worst.ok:
-        record["reason"] = worst.judgement.detail
+        # a pass beyond the band says why first (diagnose: rounding its inputs carry)
+        record["reason"] = (f"{result.reason} ({worst.judgement.detail})"
+                            if result.status == "pass" and result.reason
+                            else worst.judgement.detail)
     if result.status == "fail" and not record["reason"] and result.findings:
         record["reason"] = result.findings[0].detail
     return record

@@ -12,6 +12,7 @@ import pytest
 
 # The report (and with it numpy and the compare core) is imported where a record or the
 # outputs are made: an xdist controller makes neither before it has started its workers.
+from pytest_accuracy.compare.diagnose import ROUNDING
 from pytest_accuracy.suite import NATIVE_KEY, RECORD_KEY
 from pytest_accuracy.suite.state import STATE_KEY
 from pytest_accuracy.text import escape_controls
@@ -311,6 +312,13 @@ def compare_verdict_lines(nodes: list[dict[str, Any]], first: dict[str, Any] | N
     if count["waived"]:
         lines.append(f"{count['waived']} {'node is' if count['waived'] == 1 else 'nodes are'} "
                      "waived as known divergences (with the nodes that carry them).")
+    rounding = [n for n in nodes if n["status"] == "pass"
+                and str(n.get("reason") or "").startswith(ROUNDING)]
+    if rounding:
+        lines.append(f"{len(rounding)} {'node passes' if len(rounding) == 1 else 'nodes pass'} "
+                     f"beyond tolerance by only the rounding its inputs carry in a 16-bit step "
+                     f"(first: {rounding[0]['npu_name']}, step {rounding[0]['step']}; see its "
+                     "reason).")
     if first:
         lines.append(_first_sentence(first))
     elif count["fail"]:
@@ -327,7 +335,8 @@ def compare_verdict_lines(nodes: list[dict[str, Any]], first: dict[str, Any] | N
         lines.append(f"Nothing could be compared: {count['error']} of {len(nodes)} nodes could "
                      f"not be read (first: {bad['npu_name']}: {why}).")
     elif count["pass"]:
-        lines.append(f"No divergence: all {count['pass']} compared nodes meet the criteria.")
+        some = f" ({len(rounding)} by its inputs' rounding, above)" if rounding else ""
+        lines.append(f"No divergence: all {count['pass']} compared nodes meet the criteria{some}.")
     else:
         lines.append(f"Nothing was compared: none of the {len(nodes)} NPU nodes had a tensor "
                      "to compare with the bench (see the skip reasons).")
