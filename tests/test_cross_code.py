@@ -175,3 +175,39 @@ def test_a_region_equal_up_to_its_sign_passes_and_says_so(tmp_path: Path) -> Non
     assert negated_region(_rec(-loss * 1.01, where=tmp_path, name="n2"),
                           _rec(loss, where=tmp_path, name="b2"), "float32",
                           CompareCriteria()) is None
+
+
+def _carried(dtype: str, in_err: float, out_err: float) -> str | None:
+    """``diagnose._rounding_carried`` of a node whose input and output have these errors."""
+    from pytest_accuracy.compare.criteria import Judgement
+    from pytest_accuracy.compare.diagnose import _rounding_carried
+    from pytest_accuracy.compare.metrics import TensorMetrics
+    from pytest_accuracy.compare.results import NodeResult, TensorComparison
+
+    band = CompareCriteria().tolerance(dtype).rel_err
+    rec = _rec(X)
+
+    def comparison(path: str, err: float) -> TensorComparison:
+        return TensorComparison(path, rec, rec, dtype, Judgement(err <= band, "" if err <= band
+                                                                 else "over"),
+                                TensorMetrics("ok", rel_l2_err=err))
+
+    call = _call("Tensor.pow.6.backward", X, X)
+    return _rounding_carried(NodeResult(
+        0, 0, 0, call, call, "fail", inputs=[comparison("input.0", in_err)],
+        outputs=[comparison("output.0", out_err)]))
+
+
+@pytest.mark.parametrize(("dtype", "in_err", "out_err", "passes"), [
+    ("bfloat16", 0.0391, 0.0435, True),  # TransformerLens' norm backward in bf16
+    ("bfloat16", 0.0391, 0.0900, False),  # more than twice its input's error: its own
+    ("bfloat16", 0.0, 0.0435, False),  # identical inputs: the error appears here
+    ("float16", 0.004, 0.0055, True),
+    ("float32", 9e-5, 1.1e-4, False),  # an fp32 band holds hundreds of ulps: never rounding
+])
+def test_a_16_bit_node_carries_rounding_no_more_than_twice_its_inputs(
+        dtype: str, in_err: float, out_err: float, passes: bool) -> None:
+    why = _carried(dtype, in_err, out_err)
+    assert (why is not None) == passes, why
+    if passes:
+        assert why is not None and why.startswith("carries its inputs' rounding")

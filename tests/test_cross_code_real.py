@@ -101,3 +101,77 @@ def test_a_transposed_weight_is_named_by_its_module_at_l0(pytester: pytest.Pytes
     assert first["npu_name"] == truth["levels"]["L0"]["expected"]
     assert first["bench_name"] == "Module.model.layers.0.self_attn.o_proj.Linear.forward.0"
     assert "parameter weight differs" in first["likely_cause"]
+
+
+# (case, level) -> what goes wrong across codebases at that tensor level, and the bug
+TENSOR_BUGS = {
+    ("tl_wo_transposed", "L0"): "modules pair by the weights of their submodules: "
+                                "TransformerLens' Attention holds them all, transformers' "
+                                "LlamaAttention none (its q/k/v/o projections do)",
+    ("tl_norm_eps", "L0"): "a norm of another codebase (weight named w) replayed with the "
+                           "bench's fitted eps",
+    ("tl_mask_shift", "L1"): "a bool mask built in every layer against once: no value to "
+                             "anchor on",
+    ("tl_lr_double", "L1"): "at step 1 nothing agrees by value: the calls pair as at step 0",
+}
+
+
+@pytest.mark.parametrize(("case", "level"), sorted(TENSOR_BUGS))
+def test_tensor_dumps_name_the_bug_across_codebases(pytester: pytest.Pytester, case: str,
+                                                     level: str) -> None:
+    """L1 and L0 tensor dumps of TransformerLens against transformers: the node the truth
+    names, at the truth's step, and the bench node it was compared with is the right one."""
+    truth = json.loads((CROSS / case / "truth.json").read_text())
+    want = truth["levels"][level]
+    doc = _run(pytester, CROSS / case / level, _bench(case, level))
+    first = doc["compare"]["first_divergence"]
+    assert doc["verdict"] == "fail", TENSOR_BUGS[case, level]
+    assert (first["npu_name"], first["step"]) == (want["expected"], want["step"]), (
+        TENSOR_BUGS[case, level], first)
+    bench = {"tl_wo_transposed": "Module.model.layers.0.self_attn.LlamaAttention.forward.0",
+             "tl_norm_eps": "Module.model.layers.1.input_layernorm.LlamaRMSNorm.forward.0",
+             "tl_mask_shift": "Tensor.__le__.0.forward",
+             "tl_lr_double": "Tensor.pow.0.forward"}[case]
+    assert first["bench_name"] == bench
+
+
+def test_a_norm_eps_is_said_as_the_cause_across_codebases(pytester: pytest.Pytester) -> None:
+    """The module class differs at every node of two codebases: the likely cause is the eps
+    that reproduces each side's output, not the class name."""
+    doc = _run(pytester, CROSS / "tl_norm_eps" / "L0", _bench("tl_norm_eps", "L0"))
+    cause = doc["compare"]["first_divergence"]["likely_cause"]
+    assert "eps 1e-06 reproduces the bench's output, the NPU's fits 1e-05" in cause, cause
+    assert "class differs" not in cause
+
+
+def test_bf16_rounding_carried_by_a_backward_chain_passes_and_says_so(
+        pytester: pytest.Pytester) -> None:
+    """Both codebases in bf16 autocast, L1 tensors: TransformerLens' norm backward is 0.0435
+    from the bench (band 0.04) from inputs at 0.0391. It passes, and the summary and its
+    record say it passed beyond the band by its inputs' rounding."""
+    out = pytester.path / "acc.json"
+    result = pytester.runpytest(f"--acc-npu={CROSS / 'tl_bf16' / 'L1'}",
+                                f"--acc-bench={_bench('tl_bf16', 'L1')}",
+                                f"--acc-json={out}", "-p", "no:cacheprovider")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*1 node passes beyond tolerance by only the rounding its "
+                                 "inputs carry in a 16-bit step (first: Tensor.pow.6.backward*"])
+    node = next(n for n in json.loads(out.read_text())["compare"]["nodes"]
+                if n["npu_name"] == "Tensor.pow.6.backward")
+    assert node["status"] == "pass" and node["rel_l2_err"] > node["tolerance"]["rel_err"]
+    assert node["reason"].startswith("carries its inputs' rounding: ")
+
+
+def test_workers_pair_a_later_step_as_one_process_does(pytester: pytest.Pytester) -> None:
+    """A later step pairs as the rank's first step did: each worker pairs that step first,
+    whichever of its nodes it runs, so ``-n 2`` writes the serial run's JSON."""
+    pytest.importorskip("xdist")
+    npu, bench = CROSS / "tl_lr_double" / "L1", _bench("tl_lr_double", "L1")
+    docs = []
+    for workers in ("0", "2"):
+        out = pytester.path / f"acc{workers}.json"
+        pytester.runpytest_subprocess(f"--acc-npu={npu}", f"--acc-bench={bench}", "-n", workers,
+                                      "-p", "no:cacheprovider", f"--acc-json={out}")
+        docs.append(json.loads(out.read_text()))
+    assert docs[0]["compare"]["first_divergence"]["npu_name"] == "Tensor.pow.0.forward"
+    assert docs[0] == docs[1]
