@@ -20,6 +20,7 @@ from dataclasses import replace
 from pytest_accuracy.dumps.model import Call, Dump
 from pytest_accuracy.pairing.align import AlignmentResult, auto_pairing
 from pytest_accuracy.pairing.base import PairMap
+from pytest_accuracy.pairing.features import by_path
 from pytest_accuracy.pairing.naming import module_scope
 
 
@@ -37,9 +38,15 @@ def pair_runs(npu: Dump, bench: Dump, *,
     ``earlier``: an earlier step's pairing of the same two codebases, whose pairs by value
     hold where a bug since has changed the values."""
     if npu.framework != bench.framework:
-        return auto_pairing(npu, bench)
-    shifted = shifted_apis(npu, bench)
-    other = other_code(npu, bench, shifted)
+        # API names differ by framework; module paths still tell a port that mirrors the
+        # original (names help) from another codebase (MindFormers' own Llama: they do not)
+        other = _other_paths(npu, bench)
+        if not other:
+            return auto_pairing(npu, bench)
+        shifted = {}
+    else:
+        shifted = shifted_apis(npu, bench)
+        other = other_code(npu, bench, shifted)
     if other:
         template = earlier if earlier is not None and earlier.agreed else None
         result = auto_pairing(npu, bench, other_code=True, earlier=template)
@@ -89,8 +96,13 @@ def other_code(npu: Dump, bench: Dump, shifted: Mapping[str, object]) -> str:
                 "of times (two codebases)")
     if mine != theirs:
         return "the two runs call their APIs in a different order (two codebases)"
-    paths_a = {module_scope(c) for c in npu.calls if c.kind == "module"}
-    paths_b = {module_scope(c) for c in bench.calls if c.kind == "module"}
+    return _other_paths(npu, bench)
+
+
+def _other_paths(npu: Dump, bench: Dump) -> str:
+    """Why two runs whose module paths mostly differ are two codebases, else ""."""
+    paths_a = {path for path, _ in by_path([c for c in npu.calls if c.kind == "module"])}
+    paths_b = {path for path, _ in by_path([c for c in bench.calls if c.kind == "module"])}
     if paths_a and paths_b and len(paths_a & paths_b) < 0.5 * min(len(paths_a), len(paths_b)):
         return "the two runs name their modules differently (two codebases)"
     return ""
