@@ -211,3 +211,39 @@ def test_a_16_bit_node_carries_rounding_no_more_than_twice_its_inputs(
     assert (why is not None) == passes, why
     if passes:
         assert why is not None and why.startswith("carries its inputs' rounding")
+
+
+@pytest.mark.parametrize(("primitive", "pt", "same_as"), [
+    ("Primitive.square.Square", "Torch.square", "Tensor.pow"),  # x ** 2 in the bench
+    ("Primitive.rsqrt.Rsqrt", "Torch.rsqrt", "Torch.rsqrt"),
+    ("Primitive.batch_matmul.BatchMatMul", "Torch.matmul", "Torch.bmm"),
+    ("Primitive.matmul.MatMul", "Torch.matmul", "Functional.linear"),
+    ("Primitive.mul.Mul", "Torch.mul", "Tensor.__mul__"),
+    ("Primitive.real_div.RealDiv", "Torch.div", "Tensor.__truediv__"),
+    ("Primitive.reduce_mean.ReduceMean", "Torch.mean", "Tensor.mean"),
+    ("Primitive.gather.Gather", "Functional.embedding", "Functional.embedding"),
+])
+def test_mindformers_primitives_are_the_pytorch_apis_they_compute(primitive: str, pt: str,
+                                                                  same_as: str) -> None:
+    """MindFormers calls ops primitives (self.square = P.Square()): each is the PyTorch API
+    it computes, by name or as a known alternative, for alignment's op evidence."""
+    from pytest_accuracy.pairing.align import _same_op
+    from pytest_accuracy.pairing.naming import load_api_map
+
+    amap = load_api_map()
+    assert amap.to_pt(primitive) == pt
+    mine = Call(f"{primitive}.0.forward", "api", "forward", 0,
+                prefix="Primitive", op=primitive.split(".", 1)[1])
+    theirs = Call(f"{same_as}.0.forward", "api", "forward", 0,
+                  prefix=same_as.split(".")[0], op=same_as.split(".")[1])
+    assert _same_op(amap, mine, theirs)
+
+
+def test_a_pass_through_primitive_is_cheap_to_leave_out() -> None:
+    """A Cast or Reshape only MindSpore records is a call msprobe-PyTorch never dumps."""
+    from pytest_accuracy.pairing.naming import load_api_map
+
+    amap = load_api_map()
+    for primitive in ("Primitive.cast.Cast", "Primitive.reshape.Reshape",
+                      "Primitive.expand_dims.ExpandDims", "Primitive.transpose.Transpose"):
+        assert amap.is_low_risk(amap.to_pt(primitive)), primitive
