@@ -70,6 +70,11 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_accuracy.settings import setting, validate_options
 
     config.addinivalue_line("markers", MARKER_HELP)
+    from pytest_accuracy.suite.usage import unknown_ini_message
+
+    unknown = unknown_ini_message(config)
+    if unknown:
+        raise pytest.UsageError(unknown)
     given = validate_options(config)
     _check_outputs(config, setting)
     config.stash[SELECTED_KEY] = _take_node_ids(config)

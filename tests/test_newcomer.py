@@ -204,3 +204,49 @@ def test_statistics_relative_errors_are_percent_as_msprobe_writes_them(
                if r["NPU Name"] == f"{node['npu_name']}.{node['tensor']}")
     assert float(row["MaxRelativeErr"]) == pytest.approx(node["max_relative_err"] * 100)
     assert float(row["NormRelativeErr"]) == pytest.approx(node["norm_relative_err"] * 100)
+
+
+@pytest.mark.parametrize(("key", "closest"), [("acc_bnech", "acc_bench"),
+                                               ("acc_npu_lgo", "acc_npu_log")])
+def test_a_mistyped_ini_key_is_a_usage_error_naming_the_closest(
+        pytester: pytest.Pytester, key: str, closest: str) -> None:
+    """A warning would let the run go on in another mode (the NPU dump alone: an overflow
+    check that passes): the ini key is refused as a mistyped option is."""
+    pytester.makeini(f"[pytest]\nacc_npu = {dump('pt_bug', 'L1_tensor')}\n{key} = x\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: unknown ini key {key} in *tox.ini; did you mean "
+                                 f"{closest}?"])
+
+
+def test_other_plugins_ini_keys_stay_pytest_warnings(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nnot_ours = 1\n")
+    pytester.makepyfile("def test_x(): pass")
+    assert pytester.runpytest("-p", "no:cacheprovider").ret == 0
+
+
+@pytest.mark.parametrize("how", ["same path", "link", "copy"])
+def test_the_same_run_given_twice_is_refused_by_name(pytester: pytest.Pytester,
+                                                     how: str) -> None:
+    """A run compared with itself passes whatever it holds (a node 10x off included)."""
+    import shutil
+
+    npu = dump("pt_bug", "mix_statistics")
+    bench = {"same path": npu, "link": pytester.path / "link", "copy": pytester.path / "copy"}[how]
+    if how == "link":
+        bench.symlink_to(npu, target_is_directory=True)
+    elif how == "copy":
+        shutil.copytree(npu, bench)
+    result = pytester.runpytest(f"--acc-npu={npu}", f"--acc-bench={bench}", "-p",
+                                "no:cacheprovider")
+    assert result.ret != 0
+    what = "files of the same bytes" if how == "copy" else "the same files"
+    result.stdout.fnmatch_lines([f"--acc-npu and --acc-bench are one run: *dump.json and "
+                                 f"*dump.json are {what} (at all * step/rank dumps both hold)*"])
+
+
+def test_two_runs_of_one_model_are_not_one_run(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(f"--acc-npu={dump('pt_bf16', 'mix_statistics')}",
+                                f"--acc-bench={dump('pt_fp32', 'mix_statistics')}",
+                                "-p", "no:cacheprovider")
+    assert "are one run" not in result.stdout.str()

@@ -58,6 +58,9 @@ class SuiteState:
                                      f"compare needs both dumps: {missing} is missing{hint}")
         with long_lived():
             npu, bench = self._load(self.npu), self._load(self.bench)
+        same = same_run(npu, bench)
+        if same:
+            raise pytest.UsageError(same)
         check_levels(npu, bench)
         check_tasks(npu, bench)
         inputs = str(typed_setting(self.config, "inputs") or "failing")
@@ -122,6 +125,38 @@ def check_levels(npu: DumpSet, bench: DumpSet) -> None:
 
 
 _WHAT = {"L0": "modules only", "L1": "APIs only"}
+
+
+def same_run(npu: DumpSet, bench: DumpSet) -> str | None:
+    """Why the two dumps are one run given twice (the same dump.json files, through a link
+    or not, or files of the same bytes at every step and rank both hold), else None: a run
+    against itself passes whatever it holds."""
+    keys = sorted(set(npu.dumps) & set(bench.dumps))
+    if not keys:
+        return None
+    pairs = [(npu.dumps[k].path, bench.dumps[k].path) for k in keys]
+    if all(a.resolve() == b.resolve() for a, b in pairs):
+        how = "the same files"
+    elif all(a.is_file() and b.is_file() and _same_bytes(a, b) for a, b in pairs):
+        how = "files of the same bytes"
+    else:
+        return None
+    return (f"--acc-npu and --acc-bench are one run: {pairs[0][0]} and {pairs[0][1]} are {how}"
+            f" (at all {len(pairs)} step/rank dumps both hold). A run compared with itself "
+            "passes whatever it holds: give the benchmark run's dump as --acc-bench.")
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    """Whether two files hold the same bytes (their sizes first; then read in blocks)."""
+    if a.stat().st_size != b.stat().st_size:
+        return False
+    with a.open("rb") as fa, b.open("rb") as fb:
+        while True:
+            x, y = fa.read(1 << 20), fb.read(1 << 20)
+            if x != y:
+                return False
+            if not x:
+                return True
 
 
 def check_tasks(npu: DumpSet, bench: DumpSet) -> None:

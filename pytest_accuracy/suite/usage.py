@@ -22,6 +22,23 @@ def unknown_option_message(token: str) -> str:
     return f"unrecognized option {name}{hint}"
 
 
+def unknown_ini_message(config: pytest.Config) -> str | None:
+    """``acc_bnech = x`` in the ini file: the usage error, with the closest ``acc_*`` key (a
+    warning would let the run go on as another mode, an NPU-only overflow check that passes)."""
+    find = getattr(config, "_get_unknown_ini_keys", None)
+    unknown = sorted(k for k in (find() if find is not None else ()) if k.startswith("acc_"))
+    if not unknown:
+        return None
+    keys = [o.dest for o in OPTIONS]
+    where = f" in {config.inipath}" if config.inipath else ""
+    lines = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else "; see pytest --help, group 'accuracy'"
+        lines.append(f"unknown ini key {key}{where}{hint}")
+    return "\n".join(lines)
+
+
 def missing_dump_message(config: pytest.Config) -> str | None:
     """A bench dump without the NPU dump: what is missing and how to add it."""
     npu, bench = setting(config, "npu"), setting(config, "bench")
