@@ -87,3 +87,23 @@ def test_pytorch_dump_rerun_on_cuda() -> None:
     counts = collections.Counter((r.direction, r.status) for r in results)
     assert counts == {("forward", "pass"): 61, ("backward", "pass"): 61}
     assert all(r.device.startswith("cuda (torch") for r in results)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None or _cuda_available(),
+                    reason="needs torch without a CUDA device")
+def test_an_absent_cuda_device_is_one_line_at_collection(pytester: pytest.Pytester) -> None:
+    """Not a traceback per replayed call (244 of them, 114 s): one line, before any runs."""
+    result = pytester.runpytest(f"--acc-npu={dump('pt_bug', 'L1_tensor')}", "--acc-precheck",
+                                "--acc-device=cuda", "-p", "no:cacheprovider")
+    assert result.ret == 2
+    result.stdout.fnmatch_lines(["--acc-precheck: device='cuda': this machine's torch * has no "
+                                 "usable cuda device; use device='cpu' or 'dump'"])
+    assert "Traceback" not in result.stdout.str()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+def test_a_device_index_that_is_no_number_is_named() -> None:
+    from pytest_accuracy.precheck.runner import _torch_device_problem
+
+    assert _torch_device_problem("cuda:x") == "cuda:x names no device index"
+    assert _torch_device_problem("cpu") is None

@@ -81,11 +81,38 @@ def _check_device(device: str, framework: str) -> None:
             f"torch is not installed: device={device!r} re-runs {framework} APIs with it "
             "(pip install 'pytest-accuracy[torch]', or use device='dump')"
         )
+    if backend == "torch":
+        problem = _torch_device_problem(target)
+        if problem:
+            raise ValueError(f"device={device!r}: {problem}; use device='cpu' or 'dump'")
     if backend == "mindspore":
         problem = mindspore_problem()
         if problem:
             raise MissingExtraError(f"device={device!r}: {problem}; or use device='dump'")
         _executor(device, framework, "tensor")  # MindSpore's device is set now, or refused
+
+
+def _torch_device_problem(target: str) -> str | None:
+    """Why torch cannot run on ``target`` here (a CUDA device absent, a build without CUDA),
+    else None: said once, not in a traceback per replayed call."""
+    kind, _, index = target.partition(":")
+    if kind == "cpu":
+        return None
+    if index and not index.isdigit():
+        return f"{target} names no device index"
+    import torch
+
+    if kind == "npu":
+        import torch_npu  # noqa: F401  (adds torch.npu)
+
+    module = getattr(torch, kind, None)
+    available = getattr(module, "is_available", None)
+    if module is None or available is None or not available():
+        return f"this machine's torch {torch.__version__} has no usable {kind} device"
+    count = int(module.device_count())
+    if index and int(index) >= count:
+        return f"{kind}:{index} is not here ({count} {kind} device(s))"
+    return None
 
 
 def _case(dump: Dump, call: Call, device: str, standard: str) -> PrecheckCase:
