@@ -97,7 +97,8 @@ def _scalar_only_dump(root: Path) -> Path:
             "output": [{"type": "int", "value": 3}]}
     doc = {"task": "statistics", "level": "L1", "framework": "pytorch",
            "dump_data_dir": None, "data": {"Torch.abs.0.forward": node}}
-    (rank / "dump.json").write_text(json.dumps(doc))
+    # each run writes its own file (indented by the run's name: the same run twice is refused)
+    (rank / "dump.json").write_text(json.dumps(doc, indent=len(root.name)))
     return root
 
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from pytest_accuracy.report.markdown import markdown_summary, md_text
-from tests.helpers import ROOT, dump
+from tests.helpers import ROOT, dump, rerun
 
 CI = ROOT / "docs" / "ci"
 
@@ -43,7 +43,9 @@ def test_github_step_summary_is_appended_to(pytester: pytest.Pytester,
     page = pytester.path / "step_summary.md"
     page.write_text("earlier step\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(page))
-    result = run(pytester, *dumps("pt_fp32", "pt_fp32"))
+    config = "L1_tensor"
+    result = run(pytester, f"--acc-npu={dump('pt_fp32', config)}",
+                 f"--acc-bench={rerun(dump('pt_fp32', config), pytester.path)}")
     assert result.ret == pytest.ExitCode.OK
     text = page.read_text()
     assert text.startswith("earlier step\n## ✅ pytest-accuracy: PASS\n")

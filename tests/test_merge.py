@@ -11,7 +11,7 @@ import pytest
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.report.merge import load_part, merge_files, merge_parts, rank_table
 from pytest_accuracy.report.merge_cli import main as merge_main
-from tests.helpers import ROOT
+from tests.helpers import ROOT, rerun
 
 MULTIRANK = ROOT / "tests" / "data" / "multirank"
 BUG, GOLDEN, TP1 = (MULTIRANK / n for n in ("bug_tp2dp2", "golden_tp2dp2", "golden_tp1dp2"))
@@ -100,7 +100,8 @@ def assert_merge_option_output(pytester: pytest.Pytester, parts: list[Path],
 
 @pytest.mark.slow
 def test_merge_of_golden_parts_passes_under_xdist(pytester: pytest.Pytester) -> None:
-    parts = [run_part(pytester, f"s{s}", f"--acc-steps-select={s}", npu=GOLDEN) for s in "01"]
+    npu = rerun(GOLDEN, pytester.path)  # a deterministic rerun: its own files, equal values
+    parts = [run_part(pytester, f"s{s}", f"--acc-steps-select={s}", npu=npu) for s in "01"]
     result = pytester.runpytest(*(f"--acc-merge={p}" for p in parts), "-n", "2",
                                 "-p", "no:cacheprovider")
     assert result.ret == 0

@@ -105,11 +105,12 @@ def _torch_device_problem(target: str) -> str | None:
     if kind == "npu":
         import torch_npu  # noqa: F401  (adds torch.npu)
 
-    module = getattr(torch, kind, None)
-    available = getattr(module, "is_available", None)
-    if module is None or available is None or not available():
+        usable, count = torch.npu.is_available(), torch.npu.device_count()  # type: ignore[attr-defined]
+    else:
+        usable, count = torch.cuda.is_available(), torch.cuda.device_count()
+    if not usable:
         return f"this machine's torch {torch.__version__} has no usable {kind} device"
-    count = int(module.device_count())
+    count = int(count)
     if index and int(index) >= count:
         return f"{kind}:{index} is not here ({count} {kind} device(s))"
     return None
