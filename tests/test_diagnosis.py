@@ -168,3 +168,53 @@ def test_an_output_identical_to_the_bench_is_not_blamed_for_its_inputs(
     nodes = json.loads((pytester.path / "acc.json").read_text())["compare"]["nodes"]
     rsqrt = next(n for n in nodes if n["npu_name"] == "Mint.rsqrt.0.forward" and n["step"] == 0)
     assert (rsqrt["status"], rsqrt["local_error"], rsqrt["finding"]) == ("pass", None, None)
+
+
+def _layers_dump(root: Path, layers: list[int]) -> Path:
+    """A statistics dump of a model whose decoder layers are ``layers`` (each output a little
+    larger than the last), construct.json giving each layer the model as parent."""
+    rank = root / "step0" / "rank0"
+    rank.mkdir(parents=True)
+    data, parents = {}, {"Module.model.Model.forward.0": None}
+    for n in layers:
+        stats = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2, 4],
+                 "Max": 1.0 + n, "Min": -1.0, "Mean": 0.5, "Norm": 3.0 + n}
+        name = f"Module.model.layers.{n}.Block.forward.0"
+        data[name] = {"input_args": [], "input_kwargs": {}, "output": [stats]}
+        parents[name] = "Module.model.Model.forward.0"
+    data["Module.model.Model.forward.0"] = {"input_args": [], "input_kwargs": {},
+                                            "output": [data[name]["output"][0]]}
+    doc = {"task": "statistics", "level": "L0", "framework": "pytorch", "dump_data_dir": None,
+           "data": data}
+    (rank / "dump.json").write_text(json.dumps(doc))
+    (rank / "construct.json").write_text(json.dumps(parents))
+    return root
+
+
+def test_a_decoder_layer_the_npu_run_skips_fails_coverage_naming_it(
+        pytester: pytest.Pytester) -> None:
+    """Every NPU node pairs (100 %), yet the bench's layer 2 of 4 has no NPU counterpart: a
+    layer the NPU model leaves out is named, and the bench's unpaired nodes are counted."""
+    npu = _layers_dump(pytester.path / "npu", [0, 1, 3])
+    bench = _layers_dump(pytester.path / "bench", [0, 1, 2, 3])
+    out = pytester.path / "acc.json"
+    result = run(pytester, npu, bench, f"--acc-json={out}")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([
+        "*The NPU run skips 1 bench module call(s) whose like siblings all have an NPU "
+        "counterpart:*",
+        "*step 0 rank 0: bench Module.model.layers.2.Block.forward.0 has no NPU counterpart "
+        "while 3 of its 4 like siblings pair*",
+        "Matched 4 of 4 NPU nodes (100.0%; at least 50% required). 1 of 5 bench nodes have no "
+        "NPU counterpart."])
+    coverage = json.loads(out.read_text())["compare"]["coverage"]
+    assert (coverage["bench_matched"], coverage["bench_total"]) == (4, 5)
+
+
+def test_all_layers_present_pass_coverage(pytester: pytest.Pytester) -> None:
+    npu = _layers_dump(pytester.path / "npu", [0, 1, 2, 3])
+    bench = _layers_dump(pytester.path / "bench", [0, 1, 2, 3])
+    (bench / "step0" / "rank0" / "dump.json").write_text(
+        (bench / "step0" / "rank0" / "dump.json").read_text() + "\n")  # a rerun's own file
+    result = run(pytester, npu, bench, "-k", "coverage")
+    assert result.ret == 0

@@ -159,6 +159,13 @@ class Comparison:
         self._bench_calls[index], self._looked_up[index] = bench, 1
         return bench
 
+    def pairs_of(self, key: tuple[int, int]) -> Mapping[str, str]:
+        """The pairs of one (step, rank) both runs hold (made now if not yet)."""
+        if key not in self._pairs:
+            self._pair_first_step(key[1])
+            self._pairs[key] = self.pairing(self.npu.dumps[key], self.bench.dumps[key])
+        return self._pairs[key]
+
     def _pair_first_step(self, rank: int) -> None:
         """Pairs a rank's first step before its others, whichever is asked for first: a
         pairing may learn from an earlier step of the same runs (the same code runs every

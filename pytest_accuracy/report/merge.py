@@ -212,9 +212,13 @@ def _summed_coverage(coverages: Iterable[dict[str, Any] | None]) -> dict[str, An
         return None
     matched = sum(int(c["matched"]) for c in found)
     total = sum(int(c["total"]) for c in found)
-    return {"matched": matched, "total": total,
-            "matched_share": matched / total if total else 0.0,
-            "min_matched": max(float(c["min_matched"]) for c in found)}
+    summed = {"matched": matched, "total": total,
+              "matched_share": matched / total if total else 0.0,
+              "min_matched": max(float(c["min_matched"]) for c in found)}
+    if all("bench_total" in c for c in found):  # shards of one run cover disjoint ranks/steps
+        summed["bench_matched"] = sum(int(c["bench_matched"]) for c in found)
+        summed["bench_total"] = sum(int(c["bench_total"]) for c in found)
+    return summed
 
 
 def rank_table(nodes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ from typing import Any, Literal
 import pytest
 
 from pytest_accuracy.compare import Comparison, NodeResult
+from pytest_accuracy.compare.bench_coverage import bench_coverage
 from pytest_accuracy.compare.divergence import (
     FirstDivergence,
     describe,
@@ -201,8 +202,10 @@ class CoverageItem(AccuracyItem):
         total = len(cmp)
         matched = round(share * total)
         nonfinite = find_first_nonfinite(cmp)
+        theirs = bench_coverage(cmp)
         self.stash[RECORD_KEY] = {"coverage": {"matched": matched, "total": total,
-                                               "matched_share": share, "min_matched": need},
+                                               "matched_share": share, "min_matched": need,
+                                               **theirs.as_dict()},
                                   "first_nonfinite": nonfinite.as_dict() if nonfinite else None,
                                   **_compared_on(cmp)}
         _write_inferred_mapping(self.config, cmp)
@@ -229,6 +232,12 @@ class CoverageItem(AccuracyItem):
                 f"Only {matched} of {total} NPU nodes ({share:.1%}) found a bench counterpart "
                 f"(at least {need:.0%} required).",
                 "Unmatched nodes are skipped items; see the summary for the list."])
+        if theirs.skipped:
+            raise AccuracyError([
+                f"The NPU run skips {len(theirs.skipped)} bench module call(s) whose like "
+                "siblings all have an NPU counterpart:", *theirs.skipped_lines(),
+                "A layer the NPU model leaves out (its config's layer count, a condition that "
+                "skips it) computes nothing there: compare the two models' structure."])
 
 
 def _compared_on(cmp: Comparison) -> dict[str, Any]:

@@ -125,8 +125,11 @@ class AccuracyResults:
                          f"counted as passes): {names}{more}")
         if self.coverage:
             c = self.coverage
+            theirs = (f" {c['bench_total'] - c['bench_matched']} of {c['bench_total']} bench "
+                      "nodes have no NPU counterpart." if c.get("bench_total") else "")
             lines.append(f"Matched {c['matched']} of {c['total']} NPU nodes "
-                         f"({c['matched_share']:.1%}; at least {c['min_matched']:.0%} required).")
+                         f"({c['matched_share']:.1%}; at least {c['min_matched']:.0%} required)."
+                         f"{theirs}")
         if self.compared_on:
             lines.append(str(self.compared_on["note"]))
         from pytest_accuracy.suite.group_summary import group_lines
