@@ -247,3 +247,50 @@ def test_a_pass_through_primitive_is_cheap_to_leave_out() -> None:
     for primitive in ("Primitive.cast.Cast", "Primitive.reshape.Reshape",
                       "Primitive.expand_dims.ExpandDims", "Primitive.transpose.Transpose"):
         assert amap.is_low_risk(amap.to_pt(primitive)), primitive
+
+
+def test_a_mask_filled_with_minus_10000_against_finfo_min_is_the_same_mask() -> None:
+    """MindFormers adds mask * -10000 to the scores, transformers fills finfo.min: the same
+    positions masked, the scores compared; another fill at other positions is not a mask."""
+    from pytest_accuracy.compare.judge import _mask_written_otherwise
+
+    scores = RNG.standard_normal((2, 4, 8, 8)).astype(np.float32)
+    future = np.triu(np.ones((8, 8), dtype=bool), 1)
+    mine = scores + np.float32(-10000.0) * future
+    theirs = np.where(future, np.finfo(np.float32).min, scores)
+    tol = CompareCriteria().tolerance("float32")
+    judged = _mask_written_otherwise(mine, theirs, "float32", tol)
+    assert judged is not None and judged[0].ok and "at the same 224 positions" in judged[0].detail
+    shifted = np.where(np.triu(np.ones((8, 8), dtype=bool), 2), np.finfo(np.float32).min, scores)
+    assert _mask_written_otherwise(mine, shifted, "float32", tol) is None
+
+
+def test_gradients_recorded_in_another_order_pair_by_shape(tmp_path: Path) -> None:
+    """msprobe-MindSpore records Mul(x, r)'s input gradients as (dr, dx): each pairs with the
+    bench gradient of its shape, where every shape is one gradient's."""
+    from pytest_accuracy.compare.judge import compare_all
+
+    dx, dr = RNG.standard_normal((2, 8, 32)), RNG.standard_normal((2, 8, 1))
+    npu = Call("Primitive.mul.Mul.0.backward", "api", "backward", 0, prefix="Primitive",
+               op="mul.Mul", outputs=[_rec(dr, "output.0", tmp_path, "n0"),
+                                      _rec(dx, "output.1", tmp_path, "n1")])
+    bench = Call("Tensor.__mul__.0.backward", "api", "backward", 0, prefix="Tensor",
+                 op="__mul__", outputs=[_rec(dx, "output.0", tmp_path, "b0"),
+                                        _rec(dr, "output.1", tmp_path, "b1")])
+    judged = compare_all(npu.output_tensors, bench, "float32", CompareCriteria())
+    assert [t.ok for t in judged] == [True, True]
+    assert [t.bench.shape for t in judged if t.bench is not None] == [(2, 8, 1), (2, 8, 32)]
+
+
+def test_a_primitive_keeps_its_own_argument_order() -> None:
+    """Gather(weight, ids, axis=0) against embedding(ids, weight, padding_idx=None): the
+    positional inputs are not compared (they are in another order), shared keywords are."""
+    from pytest_accuracy.compare.findings import same_op
+    from pytest_accuracy.dumps.model import ScalarArg
+
+    gather = Call("Primitive.gather.Gather.0.forward", "api", "forward", 0, prefix="Primitive",
+                  op="gather.Gather", inputs=[ScalarArg("input.2", "int", 0)])
+    embedding = Call("Functional.embedding.0.forward", "api", "forward", 0,
+                     prefix="Functional", op="embedding",
+                     inputs=[ScalarArg("input.2", "NoneType", None)])
+    assert not same_op(gather, embedding)

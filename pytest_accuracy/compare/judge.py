@@ -127,6 +127,8 @@ def compare_all(
     table: StatsTable | None = None,
 ) -> list[TensorComparison]:
     by_path = {r.path: r for r in records_of(bench)}
+    if bench.direction == "backward":
+        by_path.update(_gradients_by_shape(records, by_path))
     out = []
     for rec in records:
         other = by_path.get(rec.path)
@@ -136,6 +138,23 @@ def compare_all(
         eff = less_precise(dtype, rec.dtype) if is_float_dtype(rec.dtype) else rec.dtype
         out.append(compare_tensor(rec, other, eff, criteria, table))
     return out
+
+
+def _gradients_by_shape(records: list[TensorRecord], by_path: dict[str, TensorRecord]
+                        ) -> dict[str, TensorRecord]:
+    """A backward's gradients in another order than the bench's (msprobe-MindSpore records a
+    primitive's input gradients last input first: Mul(x, r)'s as (dr, dx)): paired by their
+    shapes where every shape is one gradient's on both sides, else left by position."""
+    mine = [r for r in records if r.role == "output"]
+    theirs = [r for p, r in by_path.items() if p.startswith("output")]
+    shapes = [r.shape for r in mine]
+    if (len(mine) < 2 or len(set(shapes)) != len(shapes) or len(theirs) != len(mine)
+            or sorted(shapes) != sorted(r.shape for r in theirs)
+            or all(by_path.get(r.path) is not None and by_path[r.path].shape == r.shape
+                   for r in mine)):
+        return {}
+    of_shape = {r.shape: r for r in theirs}
+    return {r.path: of_shape[r.shape] for r in mine}
 
 
 def compare_tensor(
@@ -155,7 +174,7 @@ def compare_tensor(
         _check_norm(npu, metrics.norm_npu)
         _check_norm(bench, metrics.norm_bench)
         judged = judge_tensor(metrics, dtype, tol)
-        if metrics.status == "nonfinite_mismatch" and kinds[0] == "float":
+        if not judged.ok and kinds[0] == "float":  # -inf, or two large negative fills
             masked = _mask_written_otherwise(*arrays, dtype, tol)
             if masked is not None:
                 return TensorComparison(npu.path, npu, bench, dtype, masked[0], masked[1],
@@ -187,18 +206,19 @@ def compare_tensor(
 
 def _mask_written_otherwise(npu: np.ndarray, bench: np.ndarray, dtype: str, tol: Tolerance
                             ) -> tuple[Judgement, TensorMetrics] | None:
-    """-inf on one side where the other holds a large negative number (a mask of -inf
-    against one of finfo.min or -1e9), at the same positions, the rest compared as usual."""
+    """A mask written another way on each side at the same positions (-inf against finfo.min,
+    -1e9, or MindFormers' score - 10000), the rest compared as usual: each side's masked
+    values are one constant (up to the scores added to it), or -inf."""
     if npu.shape != bench.shape:
         return None
     n, b = as_float64(npu.reshape(-1)), as_float64(bench.reshape(-1))
-    masked = (n == -np.inf) | (b == -np.inf)
     if np.isnan(n).any() or np.isnan(b).any() or np.isposinf(n).any() or np.isposinf(b).any():
         return None
-    if not masked.any() or not ((n[masked] <= MASK_VALUE) & (b[masked] <= MASK_VALUE)).all():
+    masked = (n <= MASK_VALUE) | (b <= MASK_VALUE)
+    if (not masked.any() or not ((n[masked] <= MASK_VALUE) & (b[masked] <= MASK_VALUE)).all()
+            or not (_one_constant(n[masked]) and _one_constant(b[masked]))):
         return None
-    if (np.isinf(n[~masked]).any() or np.isinf(b[~masked]).any() or
-            ((n[~masked] <= MASK_VALUE) != (b[~masked] <= MASK_VALUE)).any()):
+    if np.isinf(n[~masked]).any() or np.isinf(b[~masked]).any():
         return None
     keep = ~masked
     metrics = tensor_metrics(n[keep], b[keep]) if keep.any() else None
@@ -207,6 +227,17 @@ def _mask_written_otherwise(npu: np.ndarray, bench: np.ndarray, dtype: str, tol:
     return Judgement(True, f"a mask written as -inf on one side and a large negative number on "
                      f"the other at the same {int(masked.sum())} positions (another "
                      "codebase's mask); the other values compared"), metrics
+
+
+def _one_constant(values: np.ndarray) -> bool:
+    """Mask values: all -inf, or finite ones within 0.1 % of one another (a fill constant,
+    plus the scores added to it)."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return True
+    if finite.size != values.size:
+        return False
+    return bool(finite.max() - finite.min() <= 1e-3 * abs(finite.min()))
 
 
 def negated_region(npu: TensorRecord, bench: TensorRecord, dtype: str,

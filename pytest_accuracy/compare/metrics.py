@@ -142,9 +142,13 @@ def stats_metrics(npu: Stats, bench: Stats) -> StatsMetrics:
     nonfinite_npu = _nonfinite(n_max) + _nonfinite(n_min) + _nonfinite(n_mean) + _nonfinite(n_norm)
     nonfinite_bench = (_nonfinite(b_max) + _nonfinite(b_min) + _nonfinite(b_mean)
                        + _nonfinite(b_norm))
+    # a mask on each side written apart (-inf or another large negative constant): its Min
+    # says so; Max, Mean and Norm mix mask and scores, and nothing here can part them
     masked = (n_min is not None and b_min is not None and n_max is not None
               and b_max is not None and math.isfinite(n_max) and math.isfinite(b_max)
-              and -math.inf in (n_min, b_min) and max(n_min, b_min) <= MASK_VALUE)
+              and max(n_min, b_min) <= MASK_VALUE and n_min != b_min
+              and (-math.inf in (n_min, b_min) or max(abs(n_min), abs(b_min))
+                   > 2 * min(abs(n_min), abs(b_min))))
     if ((n_max is None or b_max is None) and (n_min is None or b_min is None)
             and (n_mean is None or b_mean is None) and (n_norm is None or b_norm is None)):
         return StatsMetrics(status="missing_stats", nonfinite_npu=nonfinite_npu,
@@ -177,9 +181,10 @@ def stats_metrics(npu: Stats, bench: Stats) -> StatsMetrics:
     )
 
 
-# A mask written as a large negative number where another codebase writes -inf: -1e4 is the
-# smallest such value in use (BERT's extended attention mask); softmax makes both 0.
-MASK_VALUE = -1e4
+# A mask written as a large negative number where another codebase writes -inf or another
+# one: -1e4 is the smallest fill in use (BERT's extended attention mask, MindFormers' scores
+# plus mask * -10000, a little above it): softmax makes them all 0.
+MASK_VALUE = -9e3
 
 
 def negated(stats: Stats) -> Stats | None:

@@ -9,7 +9,7 @@ from typing import cast
 import numpy as np
 
 from pytest_accuracy.compare.criteria import Tolerance
-from pytest_accuracy.compare.metrics import StatsMetrics, stats_metrics
+from pytest_accuracy.compare.metrics import MASK_VALUE, StatsMetrics, stats_metrics
 from pytest_accuracy.dumps.model import FLOAT_EPS, TensorRecord
 from pytest_accuracy.dumps.stats import StatsColumns
 
@@ -46,8 +46,11 @@ class StatsTable:
         floats &= _fill(values[:, 4:], self._bench)
         # None reads as NaN: such rows are not finite, nor are rows of ints (stats_metrics
         # computes those in exact integer arithmetic; the readers make every statistic a float)
+        # a pair whose Mins are both mask fills (stats_metrics' masked_otherwise) is left to
+        # stats_metrics: rare, and the table's rows are plain differences
+        fills = np.maximum(values[:, 1], values[:, 5]) <= MASK_VALUE
         self._finite: list[bool] = cast(list[bool], (np.isfinite(values).all(axis=1)
-                                                     & floats).tolist())
+                                                     & floats & ~fills).tolist())
         self._metrics = _finite_metrics(values[:, :4], values[:, 4:])
         # what judging a row needs, as Python floats and bools (one element read apiece)
         rel_norm, range_rel = self._metrics[:, 7], self._metrics[:, 8]
