@@ -143,7 +143,8 @@ def same_run(npu: DumpSet, bench: DumpSet) -> str | None:
         return None
     return (f"--acc-npu and --acc-bench are one run: {pairs[0][0]} and {pairs[0][1]} are {how}"
             f" (at all {len(pairs)} step/rank dumps both hold). A run compared with itself "
-            "passes whatever it holds: give the benchmark run's dump as --acc-bench.")
+            "(or with a bit-identical rerun of its statistics) passes whatever it holds: give "
+            "the benchmark run's dump as --acc-bench.")
 
 
 def _same_bytes(a: Path, b: Path) -> bool:
