@@ -237,7 +237,8 @@ class Comparison:
         return lambda i: self.region_of(i) is not None
 
     def other_code(self, index: int) -> bool:
-        """Whether node ``index``'s two runs are two codebases of one framework."""
+        """Whether node ``index``'s two runs are two codebases (of one framework, or of two
+        whose module paths mostly differ)."""
         dump = self.entries[index][0]
         self.bench_call(index)
         pairs = self._pairs.get((dump.step, dump.rank))

@@ -22,7 +22,7 @@ class PairMap(dict[str, str]):
 
     regions: dict[str, str]
     inside: dict[str, str]
-    other_code: bool  # one framework, two codebases: names and dtype placement are theirs
+    other_code: bool  # two codebases (module paths apart): names and dtype placement theirs
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
