@@ -12,7 +12,9 @@ The rules (DESIGN.md, "Diagnosis model"), in order:
    fault; or a module around an earlier divergence; or the same finding at the same node
    as in an earlier step) it only *carries* an earlier error, when there is one; when
    there is none, it is the first divergence: the error entered through its inputs (or
-   was amplified from input noise) where the dump did not record it.
+   was amplified from input noise) where the dump did not record it; except in a 16-bit
+   step, where an output no more than twice as far off as its inputs (all within the band)
+   carries their rounding and passes, saying so.
 Every decision needs this node and facts known from metadata alone, so pytest-xdist
 workers decide their own share without reading the nodes of others.
 """
@@ -114,7 +116,8 @@ def _rounding_carried(result: NodeResult) -> str | None:
     input's error, and one unit of its dtype): two codebases round in another order, and a
     16-bit backward chain accumulates that to the band's edge. None where not so."""
     inputs = [t for t in result.inputs if not t.path.startswith("parameters")]
-    if not inputs or not result.inputs_ok or result.inputs_identical:
+    if (not inputs or not result.failing_outputs or not result.inputs_ok
+            or result.inputs_identical):
         return None
     worst = max(_rel(t) or 0.0 for t in inputs)
     for t in result.failing_outputs:
@@ -123,7 +126,7 @@ def _rounding_carried(result: NodeResult) -> str | None:
             return None
         if out > _NOISE_GAIN * worst + FLOAT_EPS[t.dtype]:
             return None
-    dtype = result.failing_outputs[0].dtype if result.failing_outputs else ""
+    dtype = result.failing_outputs[0].dtype
     return (f"{ROUNDING}: its output's error is no more than its inputs bring (worst input "
             f"relative error {worst:.3g}, within tolerance), as rounding in {dtype} accumulates")
 
