@@ -66,6 +66,20 @@ def test_a_value_made_twice_on_one_side_anchors_nothing() -> None:
     assert [len(x) for x in anchor(c, d)] == [1, 1]  # crossing: one bounds the alignment
 
 
+def test_a_value_made_again_from_other_inputs_anchors_nothing() -> None:
+    """Near-uniform softmaxes of two layers hold one value from other scores: neither maker is
+    evidence of place (paired by value, layer 1's found the bench's layer 0)."""
+    uniform = np.full((2, 8), 0.125, np.float32)
+    s0, s1 = X[0, :2, :8], X[1, :2, :8]
+    a = [_call("Functional.softmax.0.forward", uniform, s0, order=0),
+         _call("Functional.softmax.1.forward", uniform, s1, order=1)]
+    b = [_call("Primitive.softmax.Softmax.0.forward", uniform, s1)]
+    assert anchor(a, b) == ([], [])
+    # made again from the same inputs (one norm applied for q, k and v): the first anchors
+    a[1] = _call("Functional.softmax.1.forward", uniform, s0, order=1)
+    assert anchor(a, b) == ([(0, 0)], [])
+
+
 def test_a_mask_of_minus_1e9_does_not_hide_the_scores() -> None:
     """Two masked score tensors share Norm (the mask's) and Min: their Max tells them apart."""
     mask = np.triu(np.full((8, 8), -1e9, np.float32), 1)

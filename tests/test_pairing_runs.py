@@ -122,7 +122,8 @@ def test_eager_attention_pairs_with_sdpa_as_a_region() -> None:
     assert {k: result.pairs[k] for k in result.regions} == {
         "Torch.matmul.1.forward": "Functional.scaled_dot_product_attention.0.forward",
         "Torch.matmul.3.forward": "Functional.scaled_dot_product_attention.1.forward"}
-    assert result.regions["Torch.matmul.1.forward"] == "6 calls, Torch.matmul .. Torch.matmul"
+    assert result.regions["Torch.matmul.1.forward"] == (
+        "the NPU's 6 calls, Torch.matmul .. Torch.matmul")
     assert "Torch.matmul.1.backward" not in result.pairs
     assert result.pairs.regions == result.regions  # what the compare reads
 
@@ -158,5 +159,5 @@ def test_a_region_pair_is_compared_and_names_its_region(pytester, tmp_path: Path
     first = json.loads(out.read_text())["compare"]["first_divergence"]
     assert first["npu_name"] == "Torch.matmul.1.forward"
     assert first["likely_cause"].startswith(
-        "compared with the region the bench computes instead (6 calls, Torch.matmul .. "
-        "Torch.matmul)")
+        "compared where a region ends (the NPU's 6 calls, Torch.matmul .. Torch.matmul) "
+        "against one call of the bench")

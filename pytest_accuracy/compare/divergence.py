@@ -9,6 +9,7 @@ from typing import Any
 from pytest_accuracy.compare import Comparison, NodeResult, TensorComparison
 from pytest_accuracy.compare.findings import module_class_finding, op_finding
 from pytest_accuracy.compare.metrics import StatsMetrics, TensorMetrics
+from pytest_accuracy.compare.odd_class import odd_one_inside
 from pytest_accuracy.compare.results import Finding
 from pytest_accuracy.dumps.model import Call, Dump, TensorRecord
 
@@ -65,8 +66,11 @@ def divergence_sentence(first: dict[str, Any]) -> str:
     where = f"step {first['step']}, rank {first['rank']}"
     if first.get("kind") == "between":
         after = first.get("previous") or f"the start of step {first['step']}"
+        through = first.get("through")
         how = (f"through {after}, which only the NPU run records (the bench has no call to "
-               "compare it with)" if first.get("through") and first.get("through") == after else
+               "compare it with)" if through and through == after else
+               f"through {after}, which only the NPU run records, from {through} inside it"
+               if through and after and _within(through, after) else
                "through its inputs from code the dump did not record")
         text = (f"First divergence between {after} and {first['npu_name']} ({where}): the "
                 f"error entered {how}; {first['tensor']}: {first['reason']}.")
@@ -86,6 +90,13 @@ def divergence_sentence(first: dict[str, Any]) -> str:
     if first.get("stack"):
         text += f" At {first['stack']}"
     return text
+
+
+def _within(inner: str, outer: str) -> bool:
+    """Whether module call ``inner`` is recorded inside module call ``outer``, by their
+    paths (``Cell.<path>.<Class>.forward.<n>``)."""
+    path_in, path_out = inner.split(".")[1:-3], outer.split(".")[1:-3]
+    return bool(path_out) and path_in[: len(path_out)] == path_out and path_in != path_out
 
 
 def find_first_divergence(cmp: Comparison, upto: int | None = None) -> FirstDivergence | None:
@@ -115,6 +126,7 @@ def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
             else (reason or finding.detail)
     if not appears:
         reason = f"{reason} (differing inputs: {_differing_inputs(result)})"
+    odd = _odd_inside(cmp, result)
     carrier = cmp.provenance.carrier_of(result.index)
     if carrier is not None:
         reason += (f"; made by its own code between its recorded submodules "
@@ -130,12 +142,29 @@ def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
         else "between",
         reason=reason,
         previous=None if appears else _entered_after(cmp, result),
-        likely_cause=_likely_cause(cmp, result) or _parameter_cause(own_params),
+        likely_cause=(odd[1] if odd else None) or _likely_cause(cmp, result)
+        or _parameter_cause(own_params),
         stack=result.npu.stack_line(),
         finding=finding.kind if finding is not None else None,
         twin_step=result.twin_step,
-        through=_through(result, finding),
+        through=odd[0].name if odd else _through(result, finding),
     )
+
+
+def _odd_inside(cmp: Comparison, result: NodeResult) -> tuple[Call, str] | None:
+    """Inside the module only the NPU run records through which the error entered, the one
+    module running another class than the same place in the run's other layers."""
+    if len(result.entered_through) != 1 or result.findings:
+        return None
+    dump = cmp.entries[result.index][0]
+    module = dump.get(result.entered_through[0])
+    odd = odd_one_inside(dump, module) if module is not None else None
+    if odd is None:
+        return None
+    call, usual = odd
+    return call, (f"{call.scope} is {call.op} in this layer where the run's other layers hold "
+                  f"{usual}, and {module.name if module else ''} around it only the NPU run "
+                  "records: look at that code first")
 
 
 def _likely_cause(cmp: Comparison, result: NodeResult) -> str | None:
@@ -148,7 +177,10 @@ def _likely_cause(cmp: Comparison, result: NodeResult) -> str | None:
         return f"a different norm eps:{local.detail.removeprefix(';')}"
     region = cmp.region_of(result.index)
     if region is not None:
-        return (f"compared with the region the bench computes instead ({region}): the error "
+        if region.startswith("the NPU's"):
+            return (f"compared where a region ends ({region}) against one call of the bench: "
+                    "the error is made within that region")
+        return (f"compared as one call against a region ({region}): the error "
                 f"is in {result.npu.name} or that region")
     if result.bench is not None:
         # another module class or op where the bench has its own (an aligned pair): said as
@@ -293,8 +325,9 @@ def find_first_nonfinite(cmp: Comparison) -> FirstNonFinite | None:
 
 
 def _finite(rec: TensorRecord) -> bool:
-    # a loop, not all() over a generator: asked of every output of a run
-    for value in rec.stats:  # noqa: SIM110  (Max, Min, Mean, Norm)
-        if value is not None and not math.isfinite(value):
-            return False
-    return True
+    """Whether a tensor holds no NaN/Inf, by its Max and Min (a NaN or Inf reaches both or
+    one) and a NaN Mean. A Norm or Mean overflowing alone is no Inf in the tensor:
+    msprobe-MindSpore sums a float16 tensor's Norm in float16 (149666 > 65504 -> inf)."""
+    high, low, mean = rec.stats.max, rec.stats.min, rec.stats.mean
+    return ((high is None or math.isfinite(high)) and (low is None or math.isfinite(low))
+            and not (mean is not None and math.isnan(mean)))

@@ -183,6 +183,10 @@ class _Aligner:
         res = self.result
         return call.name in res.pairs or call.name in res.rejected or call.name in res.inside
 
+    def _open(self, call: Call) -> bool:
+        """Neither paired nor left inside another decomposition (rejected ones are open)."""
+        return call.name not in self.result.pairs and call.name not in self.result.inside
+
     def _add(self, npu: str, bench: str, conf: float, evidence: str) -> None:
         if bench in self.used or npu in self.result.pairs:
             return
@@ -319,10 +323,10 @@ class _Aligner:
             return
         run, calls = (theirs, b) if theirs else (mine, a)
         self.result.regions[a[i].name] = (
-            f"{len(run) + 1} calls, {api_name(calls[run[0]])} .. "
-            f"{api_name(calls[j if theirs else i])}")
+            f"the {'bench' if theirs else 'NPU'}'s {len(run) + 1} calls, "
+            f"{api_name(calls[run[0]])} .. {api_name(calls[j if theirs else i])}")
         self.result.evidence[a[i].name] = (f"region: {self.result.evidence[a[i].name]}; "
-                                           f"the other run makes {self.result.regions[a[i].name]}")
+                                           f"against {self.result.regions[a[i].name]}")
 
     def _align(self, a: list[Call], b: list[Call], *, module: bool,
                keep: frozenset[str] = frozenset()) -> None:
@@ -408,9 +412,17 @@ class _Aligner:
         single = a[i] if len(mine) == 1 else b[j]
         if not _inputs_agree(single, calls[run[0]]):
             return  # a region reads what the call it replaces reads
-        what = (f"{len(run)} calls, {api_name(calls[run[0]])} .. {api_name(calls[run[-1]])}")
+        what = (f"the {'bench' if calls is b else 'NPU'}'s {len(run)} calls, "
+                f"{api_name(calls[run[0]])} .. {api_name(calls[run[-1]])}")
+        # the run's value is made by its last computing call: the reshapes after it only
+        # pass it on, and a pass-through never pairs with a call that computes
+        # (one the alignment rejected for its reshaped operands included)
+        if len(mine) > 1:
+            i = _maker(a, [k for k in range(mine[0], i + 1) if self._open(a[k])])
+        else:
+            j = _maker(b, theirs)
         self._add(a[i].name, b[j].name, self.min_confidence,
-                  f"region: {one} against the {what} the other run makes instead")
+                  f"region: {one} against {what}")
         if a[i].name in self.result.pairs:
             self.result.regions[a[i].name] = what
 
@@ -649,6 +661,16 @@ def _unswap(a: list[Call], b: list[Call], pins: list[tuple[int, int]],
                     break
     left = [c for c in crossing if c[0] not in {i for i, _ in swapped}]
     return chain, left, sorted(swapped)
+
+
+def _maker(calls: list[Call], run: list[int]) -> int:
+    """The run's last call, or the computing call whose value the pass-throughs ending the
+    run carry (a MatMul and the Reshape of its result)."""
+    last = run[-1]
+    for k in reversed(run):
+        if not is_identity(calls[k]):
+            return k if k == last or _same_value(calls[k], calls[last]) else last
+    return last
 
 
 def _feeding(a: list[Call], rows: range, end: int) -> set[int]:

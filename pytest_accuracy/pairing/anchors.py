@@ -101,10 +101,14 @@ class Producer:
 
 
 def producers(calls: Sequence[Call]) -> list[Producer]:
-    """The calls that make a value not seen before on their side (pass-throughs and repeats
-    of an earlier value left out), in order."""
+    """The calls that make a value not seen before on their side, in order. Pass-throughs,
+    calls repeating a value they read and calls making it again from the same inputs (one
+    norm applied to x for q, k and v) are left out; a value made again from other inputs (a
+    near-uniform softmax in every layer of a young model) is no evidence of place: none of
+    its makers is a producer."""
     out: list[Producer] = []
-    seen: dict[int, list[Print]] = {}
+    seen: dict[int, list[tuple[Print, Call]]] = {}
+    again: list[Print] = []
     lowest = "float64"  # the least precise dtype the run went through so far: its rounding
     for k, call in enumerate(calls):
         for r in call.output_tensors:
@@ -114,11 +118,34 @@ def producers(calls: Sequence[Call]) -> list[Producer]:
         fp = fingerprint(rec) if rec is not None else None
         if fp is None or rec is None or is_identity(call):
             continue
-        if any(close(fp, old, _IDENTITY_WIDTH) for old in seen.get(fp[0], ())):
+        first = next(((old, maker) for old, maker in seen.get(fp[0], ())
+                      if close(fp, old, _IDENTITY_WIDTH)), None)
+        if first is not None:
+            if not (_reads(call, first[0]) or _same_inputs(call, first[1])):
+                again.append(first[0])
             continue
-        seen.setdefault(fp[0], []).append(fp)
+        seen.setdefault(fp[0], []).append((fp, call))
         out.append(Producer(k, fp, lowest, rec.dtype, call.op))
-    return out
+    return [p for p in out if p.print not in again] if again else out
+
+
+def _reads(call: Call, value: Print) -> bool:
+    """Whether one of the call's inputs holds ``value`` (up to a cast's rounding)."""
+    for rec in call.input_tensors:
+        fp = fingerprint(rec)
+        rel = _CAST_ULPS * FLOAT_EPS.get(rec.dtype, 0.0) + _IDENTITY_WIDTH
+        if fp is not None and close(fp, value, rel):
+            return True
+    return False
+
+
+def _same_inputs(call: Call, other: Call) -> bool:
+    """Whether two calls read the same float values (one computation done twice)."""
+    mine = [fingerprint(r) for r in call.input_tensors if r.dtype in FLOAT_EPS]
+    theirs = [fingerprint(r) for r in other.input_tensors if r.dtype in FLOAT_EPS]
+    return len(mine) == len(theirs) and all(
+        x is not None and y is not None and close(x, y, _IDENTITY_WIDTH)
+        for x, y in zip(mine, theirs, strict=True))
 
 
 class ValueIndex:
