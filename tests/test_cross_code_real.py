@@ -175,3 +175,33 @@ def test_workers_pair_a_later_step_as_one_process_does(pytester: pytest.Pytester
         docs.append(json.loads(out.read_text()))
     assert docs[0]["compare"]["first_divergence"]["npu_name"] == "Tensor.pow.0.forward"
     assert docs[0] == docs[1]
+
+
+# case -> the finding that names the call inside the NPU's attention chain (issue 36, class 7)
+FUSED = {"xt_attn_scale": "argument", "tl_attn_scale": "argument", "xt_softmax_fp16": "precision"}
+
+
+@pytest.mark.parametrize("case", sorted(FUSED))
+def test_a_bug_inside_an_eager_chain_against_fused_attention_is_named(
+        pytester: pytest.Pytester, case: str) -> None:
+    """The bench calls scaled_dot_product_attention (one call), the NPU codebase the eager
+    chain: only the chain's end has a counterpart. What the fused call's record promises (its
+    scale, its precision) names the chain's call that breaks it, as the truth does."""
+    want = json.loads((CROSS / case / "truth.json").read_text())["levels"]["mix"]
+    doc = _run(pytester, CROSS / case / "mix", CROSS / "_bench_sdpa" / "mix",
+               "--acc-steps-select=0")
+    first = doc["compare"]["first_divergence"]
+    assert first["bench_name"].startswith("Functional.scaled_dot_product_attention.")
+    assert (first["through"], first["finding"]) == (want["expected"], FUSED[case])
+    if FUSED[case] == "argument":
+        assert "where the bench's scaled_dot_product_attention scales by 0.353553" in (
+            first["likely_cause"])
+
+
+@pytest.mark.parametrize("case", ["xt_clean", "tl_clean"])
+def test_clean_eager_chains_pass_against_fused_attention(pytester: pytest.Pytester,
+                                                         case: str) -> None:
+    doc = _run(pytester, CROSS / case / "mix", CROSS / "_bench_sdpa" / "mix",
+               "--acc-steps-select=0")
+    assert doc["verdict"] == "pass", [n["npu_name"] for n in doc["compare"]["nodes"]
+                                      if n["status"] == "fail"][:3]

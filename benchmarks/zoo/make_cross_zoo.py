@@ -30,6 +30,7 @@ V, HID, HEADS, INTER, LAYERS, EPS, B, S, STEPS = 64, 32, 4, 64, 2, 1e-6, 2, 8, 2
 LR = 1e-3
 EMB_STD = 1.0  # see hf_model()
 TOL = 1e-5
+ATTN = "eager"  # the bench's attention; make_sdpa_bench.py sets "sdpa" (one fused call)
 
 
 def hf_model() -> Any:
@@ -43,7 +44,7 @@ def hf_model() -> Any:
                       num_key_value_heads=HEADS, intermediate_size=INTER,
                       num_hidden_layers=LAYERS, rms_norm_eps=EPS, attention_bias=False,
                       mlp_bias=False, tie_word_embeddings=False, max_position_embeddings=S,
-                      attn_implementation="eager")
+                      attn_implementation=ATTN)
     torch.manual_seed(0)
     m = LlamaForCausalLM(cfg)
     with torch.no_grad():

@@ -8,13 +8,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cached_property
 
 from pytest_accuracy.compare import provenance
+from pytest_accuracy.compare.contract import chain_contract
 from pytest_accuracy.compare.criteria import CompareCriteria, less_precise
 from pytest_accuracy.compare.diagnose import Context, diagnose
 from pytest_accuracy.compare.effective import effective_dtypes
 from pytest_accuracy.compare.findings import scalar_diffs
 from pytest_accuracy.compare.judge import compare_all, compare_tensor, negated_region, settle
 from pytest_accuracy.compare.local import LocalError, local_error, lower_precision_inputs
-from pytest_accuracy.compare.results import NodeResult, TensorComparison
+from pytest_accuracy.compare.results import Finding, NodeResult, TensorComparison
 from pytest_accuracy.compare.unmatched import unmatched_reason
 from pytest_accuracy.compare.workers import default_workers, one_blas_thread
 from pytest_accuracy.dumps.model import FLOAT_EPS, Call, Dump, DumpSet, TensorRecord
@@ -182,6 +183,19 @@ class Comparison:
         pairs = self._pairs.get((dump.step, dump.rank))
         return pairs.regions.get(call.name) if isinstance(pairs, PairMap) else None
 
+    def _chain_findings(self, index: int, bench: Call, dtype: str) -> list[Finding]:
+        """Where the NPU run makes a region against one bench call, the chain's call breaking
+        what that call promises: its scale, its precision (below ``dtype``, the precision the
+        step went through, as at any pair)."""
+        dump, call = self.entries[index]
+        pairs = self._pairs.get((dump.step, dump.rank))
+        names = pairs.region_calls.get(call.name) if isinstance(pairs, PairMap) else None
+        if not names:
+            return []
+        chain = [c for name in names if (c := dump.get(name)) is not None]
+        found = chain_contract(chain, bench, dtype)
+        return [found] if found is not None else []
+
     def inside_of(self, index: int) -> str | None:
         """Why an unpaired call is covered by the value anchors around it, else None."""
         dump, call = self.entries[index]
@@ -286,8 +300,10 @@ class Comparison:
         if result.status not in ("pass", "fail"):
             return result
         region = self.region_of(index)
-        # a fused call and the region it replaces differ in arguments and dtypes by design
-        result.findings = [] if region else list(self.provenance.findings[index])
+        # a fused call and the region it replaces differ in arguments and dtypes by design:
+        # only what the fused call promises is checked, on the chain, where the region fails
+        result.findings = (self._chain_findings(index, bench, dtype) if region
+                           else list(self.provenance.findings[index]))
         why = self._incomparable_backward(dump, call, bench) if result.status == "fail" else None
         if why is not None:
             result.status = "skip"

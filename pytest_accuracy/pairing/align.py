@@ -76,6 +76,8 @@ class AlignmentResult:
     pairs: dict[str, str] = field(default_factory=dict)
     # region-node pairs: NPU node -> the region of calls the other run makes instead, in words
     regions: dict[str, str] = field(default_factory=dict)
+    # of those, where the NPU run makes the region: its calls in order (the pair's call last)
+    region_calls: dict[str, list[str]] = field(default_factory=dict)
     # NPU calls left unpaired between two value anchors: the other run computes that stretch
     # with other calls, and the anchors' agreement covers it
     inside: dict[str, str] = field(default_factory=dict)
@@ -204,6 +206,7 @@ class _Aligner:
         order = {c.name: c.order for c in self.npu.calls}
         res.pairs = PairMap(sorted(res.pairs.items(), key=lambda kv: order[kv[0]]))
         res.pairs.regions = dict(res.regions)
+        res.pairs.region_calls = {k: v for k, v in res.region_calls.items() if k in res.regions}
         res.inside = {k: v for k, v in res.inside.items() if k not in res.pairs}
         res.pairs.inside = dict(res.inside)
         res.unmatched = [c.name for c in self.npu.calls if c.name not in res.pairs]
@@ -322,6 +325,8 @@ class _Aligner:
                 [a[k] for k in mine] + [b[k] for k in theirs])):
             return
         run, calls = (theirs, b) if theirs else (mine, a)
+        if not theirs:
+            self.result.region_calls[a[i].name] = [a[k].name for k in (*mine, i)]
         self.result.regions[a[i].name] = (
             f"the {'bench' if theirs else 'NPU'}'s {len(run) + 1} calls, "
             f"{api_name(calls[run[0]])} .. {api_name(calls[j if theirs else i])}")
@@ -418,13 +423,17 @@ class _Aligner:
         # pass it on, and a pass-through never pairs with a call that computes
         # (one the alignment rejected for its reshaped operands included)
         if len(mine) > 1:
-            i = _maker(a, [k for k in range(mine[0], i + 1) if self._open(a[k])])
+            chain = [k for k in range(mine[0], i + 1) if self._open(a[k])]
+            i = _maker(a, chain)
+            made = [a[k].name for k in chain if k <= i]
         else:
             j = _maker(b, theirs)
         self._add(a[i].name, b[j].name, self.min_confidence,
                   f"region: {one} against {what}")
         if a[i].name in self.result.pairs:
             self.result.regions[a[i].name] = what
+            if len(mine) > 1:
+                self.result.region_calls[a[i].name] = made
 
     def _gap(self, call: Call, *, npu: bool) -> float:
         """Leaving out a call PyTorch's dumper filters (risk level) is nearly free."""

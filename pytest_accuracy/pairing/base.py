@@ -21,11 +21,13 @@ class PairMap(dict[str, str]):
     calls left unpaired between two calls whose values agree (``inside``: why, in words)."""
 
     regions: dict[str, str]
+    region_calls: dict[str, list[str]]  # of a region the NPU run makes: its calls, in order
     inside: dict[str, str]
     other_code: bool  # two codebases (module paths apart): names and dtype placement theirs
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.regions = {}
+        self.region_calls = {}
         self.inside = {}
         self.other_code = False

@@ -72,6 +72,7 @@ def pair_runs(npu: Dump, bench: Dump, *,
     result.unmatched = [c.name for c in npu.calls if c.name not in result.pairs]
     result.pairs = PairMap(result.pairs)
     result.pairs.regions = dict(result.regions)
+    result.pairs.region_calls = dict(result.region_calls)
     return result
 
 
@@ -127,6 +128,8 @@ def _from(result: AlignmentResult, aligned: AlignmentResult, name: str) -> None:
         _set(result, name, aligned.pairs[name], aligned.confidence[name], aligned.evidence[name])
         if name in aligned.regions:
             result.regions[name] = aligned.regions[name]
+            if name in aligned.region_calls:
+                result.region_calls[name] = aligned.region_calls[name]
     elif name in aligned.rejected:
         result.rejected[name] = aligned.rejected[name]
 
