@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import stat
 import tempfile
 import threading
@@ -21,10 +22,12 @@ from pytest_accuracy.errors import AccuracyInputError
 
 __all__ = [
     "AccuracyOutputError",
+    "append_regular",
     "atomic_open",
     "check_output",
     "check_regular",
     "ensure_dir",
+    "folder_lock",
     "read_input_bytes",
     "read_input_text",
     "write_atomic",
@@ -170,16 +173,94 @@ def atomic_open(path: str | Path, mode: str = "w", *, encoding: str | None = "ut
     except OSError as exc:
         raise AccuracyOutputError(target, f"cannot write: {exc.strerror or exc}") from None
     try:
-        binary = "b" in mode
-        with os.fdopen(fd, mode, encoding=None if binary else encoding,
-                       newline=None if binary else newline) as handle:
-            os.fchmod(handle.fileno(), _file_mode())  # mkstemp's 0600 is for the temporary
-            yield handle
-        os.replace(tmp, target)
+        with _terminate_as_exit():
+            binary = "b" in mode
+            with os.fdopen(fd, mode, encoding=None if binary else encoding,
+                           newline=None if binary else newline) as handle:
+                os.fchmod(handle.fileno(), _file_mode())  # mkstemp's 0600 is for the temporary
+                yield handle
+            os.replace(tmp, target)
+    except OSError as exc:  # a full disk, a file size limit, an I/O error: the old file stays
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise AccuracyOutputError(target, f"cannot write: {exc.strerror or exc}") from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """SIGTERM (a CI job cancelled) as SystemExit while a temporary file is open, so that it
+    is removed; left alone off the main thread or where the program handles SIGTERM itself."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def append_regular(path: str | Path, text: str) -> None:
+    """Append ``text`` to ``path`` (created if missing), a regular file only: a FIFO, a device
+    or a folder there is a named error, never a hang (opened without blocking)."""
+    with contextlib.suppress(FileNotFoundError):
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise AccuracyOutputError(path, f"cannot append: not a regular file "
+                                      f"({_kind(info.st_mode)})")
+    flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0)
+             | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        raise AccuracyOutputError(path, f"cannot append: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # swapped in since the check above
+            raise AccuracyOutputError(path, f"cannot append: not a regular file "
+                                      f"({_kind(info.st_mode)})")
+        view = memoryview(text.encode("utf-8", "backslashreplace"))
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as exc:
+        raise AccuracyOutputError(path, f"cannot append: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | Path | None) -> Iterator[None]:
+    """Hold ``folder``'s lock file while writing into it: two runs given one report folder
+    write one after the other, so it ends holding one run's files, never a mix."""
+    if not folder:
+        yield
+        return
+    where = ensure_dir(folder) / ".pytest-accuracy.lock"
+    try:
+        fd = os.open(where, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError as exc:
+        raise AccuracyOutputError(where, f"cannot lock the folder: {exc.strerror or exc}"
+                                  ) from None
+    try:
+        try:
+            import fcntl
+        except ImportError:  # no POSIX locks (Windows): written unlocked
+            yield
+            return
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def write_atomic(path: str | Path, data: str | bytes, *, encoding: str = "utf-8") -> Path:

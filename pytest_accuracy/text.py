@@ -9,12 +9,15 @@ from pytest_accuracy.limits import limit
 
 __all__ = ["brief", "escape_controls", "escape_line", "printable"]
 
-# C0/C1 controls (ESC starts terminal escape sequences), DEL, the Unicode bidi overrides, and
-# lone surrogates (JSON can hold them; printing or encoding one as UTF-8 raises).
-_CONTROL = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# C0/C1 controls (ESC starts terminal escape sequences), DEL, the Unicode bidi marks and
+# overrides, the zero-width and invisible characters (a failing twin of a passing node's name
+# must not look the same), the line and paragraph separators, and lone surrogates (JSON can
+# hold them; printing or encoding one as UTF-8 raises).
+_INVISIBLE = ("\u00ad\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e"
+              "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb\ud800-\udfff")
+_CONTROL = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_INVISIBLE}]")
 # The same and newline and tab: for one line, where a name's newline would fake another line.
-_LINE_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_LINE_CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f{_INVISIBLE}]")
 _REPR = reprlib.Repr()
 _REPR.maxstring = 80
 _REPR.maxother = 80

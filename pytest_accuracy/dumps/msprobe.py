@@ -35,7 +35,7 @@ from pytest_accuracy.dumps.model import (
 from pytest_accuracy.dumps.stats import StatsColumns
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.limits import limit, over
-from pytest_accuracy.text import brief
+from pytest_accuracy.text import brief, escape_line
 
 _TENSOR_TYPES = {
     "torch.Tensor",
@@ -70,10 +70,10 @@ def read_dump(dump_json: Path, *, step: int, rank: int, confine: Path | None = N
         if not isinstance(record, dict):
             raise AccuracyInputError(dump_json, f"node {brief(name)}: record is not an object")
         try:
-            call = _parse_call(name, record, order, ctx)
+            call = _parse_call(shown_name(name), record, order, ctx)
         except RecursionError:
             raise AccuracyInputError(dump_json, f"node {brief(name)}: nests too deep") from None
-        call.parent = parents.get(name)
+        call.parent = parents.get(call.name)
         call.stacks = stacks
         call.fix_tensors()
         calls.append(call)
@@ -135,8 +135,16 @@ def _index_stacks(doc: Any) -> dict[str, tuple[str, ...]]:
             frames = tuple(str(f) for f in entry[1]) if isinstance(entry[1], list) else ()
             frames = shared.setdefault(frames, frames)
             for name in entry[0]:
-                stacks[name if type(name) is str else str(name)] = frames
+                stacks[shown_name(name if type(name) is str else str(name))] = frames
     return stacks
+
+
+def shown_name(name: str) -> str:
+    """A node name as every output shows it: control, bidi and invisible characters escaped
+    (``\\n``, ``\\u200b``), so that no name forges a line of pytest's output or hides a
+    failing twin of a passing node; escaped once here, the same in dump.json, construct.json
+    and stack.json."""
+    return name if name.isascii() and name.isprintable() else escape_line(name)
 
 
 def _read_construct(path: Path) -> dict[str, str | None]:
@@ -147,7 +155,8 @@ def _read_construct(path: Path) -> dict[str, str | None]:
         raise AccuracyInputError(path, "construct.json must map node names to parent names")
     # one string per parent, not per child naming it (a module has many)
     shared: dict[str, str] = {}
-    parents = {str(k): (shared.setdefault(str(v), str(v)) if v is not None else None)
+    parents = {shown_name(str(k)): (shared.setdefault(str(v), shown_name(str(v)))
+                                    if v is not None else None)
                for k, v in doc.items()}
     _check_parent_depth(path, parents)
     return parents

@@ -14,14 +14,19 @@ from pytest_accuracy.text import escape_line
 # (every escaped string sits inside a line this module starts: no line-start markup to fear)
 _MARKUP = re.compile(r"([\\`*_\[\]|~])")
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+# what GitHub's Markdown turns into a link without any markup: a scheme or a www. name
+_ADDRESS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://|\bwww\.", re.IGNORECASE)
 TOP_FAILURES = 10
 
 
 def md_text(value: object, max_chars: int = 400) -> str:
-    """``value`` as inert Markdown text on one line: HTML entities, punctuation backslashed."""
+    """``value`` as inert Markdown text on one line: HTML entities, punctuation backslashed,
+    and web addresses defanged (``https[:]//``, ``www[.]``): GitHub links a bare address."""
     text = escape_line(value)
     if len(text) > max_chars:
         text = text[: max_chars - 3] + "..."
+    text = _ADDRESS.sub(lambda m: m.group()[:-3] + "[:]//" if m.group().endswith("://")
+                        else m.group()[:-1] + "[.]", text)
     text = "".join(_HTML.get(c, c) for c in text)
     return _MARKUP.sub(r"\\\1", text)
 

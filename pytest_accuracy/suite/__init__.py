@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pytest_accuracy.errors import AccuracyInputError
-from pytest_accuracy.text import escape_controls
+from pytest_accuracy.text import escape_controls, escape_line
 
 RECORD_KEY = pytest.StashKey[dict[str, Any]]()
 # True: the item's record is what json.loads(json.dumps(record)) gives back, by construction
@@ -26,6 +26,14 @@ class AccuracyError(Exception):
 
 class AccuracyItem(pytest.Item):
     """Base for generated items: short failure messages, no Python traceback."""
+
+    @classmethod
+    def from_parent(cls, parent: Any, **kw: Any) -> Any:
+        # -v, -rA, --collect-only and the short summary print the item id: a name from an
+        # input (a node name, a config key, a file name) stays one line, nothing invisible
+        if "name" in kw:
+            kw["name"] = escape_line(kw["name"])
+        return super().from_parent(parent, **kw)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         # Input-derived text (node names, keys, paths) never reaches the terminal raw.

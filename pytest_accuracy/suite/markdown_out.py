@@ -4,6 +4,7 @@ Actions, appended to ``$GITHUB_STEP_SUMMARY`` (the job's summary page)."""
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from pytest_accuracy.settings import setting
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+_WORKER_LINE = re.compile(r"\[gw\d+\] \S+ -- Python ")
 
 
 def markdown_wanted(config: pytest.Config) -> bool:
@@ -19,7 +21,7 @@ def markdown_wanted(config: pytest.Config) -> bool:
 
 def write_markdown(config: pytest.Config, doc: dict[str, Any]) -> None:
     from pytest_accuracy.report.markdown import markdown_summary
-    from pytest_accuracy.safe_io import write_atomic
+    from pytest_accuracy.safe_io import append_regular, write_atomic
     from pytest_accuracy.settings import path_setting
 
     stats = _stats(config)
@@ -31,8 +33,7 @@ def write_markdown(config: pytest.Config, doc: dict[str, Any]) -> None:
     step_summary = os.environ.get(STEP_SUMMARY_ENV)
     if step_summary:
         # GitHub gives the job one file and concatenates what each step appends to it
-        with open(step_summary, "a", encoding="utf-8") as fh:
-            fh.write(text)
+        append_regular(step_summary, text)
 
 
 _OUTCOMES = ("failed", "error", "passed", "xfailed", "xpassed", "skipped", "deselected")
@@ -51,6 +52,8 @@ def _failures(stats: dict[str, list[Any]]) -> list[tuple[str, str]]:
     for key in ("failed", "error"):
         for report in stats.get(key, []):
             text = str(getattr(report, "longreprtext", "") or "").strip()
-            first = next((line for line in text.splitlines() if line.strip()), "")
+            # under xdist a report's text starts with its worker's line, not the message
+            first = next((line for line in text.splitlines()
+                          if line.strip() and not _WORKER_LINE.match(line)), "")
             out.append((str(getattr(report, "nodeid", "")) or "(collection)", first))
     return out

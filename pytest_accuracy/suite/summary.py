@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from collections.abc import Generator
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 # The report (and with it numpy and the compare core) is imported where a record or the
 # outputs are made: an xdist controller makes neither before it has started its workers.
 from pytest_accuracy.compare.diagnose import ROUNDING
+from pytest_accuracy.safe_io import ensure_dir
 from pytest_accuracy.suite import NATIVE_KEY, RECORD_KEY
 from pytest_accuracy.suite.state import STATE_KEY
 from pytest_accuracy.text import escape_controls
@@ -163,10 +165,20 @@ class AccuracyResults:
         from pytest_accuracy.suite.markdown_out import markdown_wanted, write_markdown
 
         markdown = markdown_wanted(config)
-        if json_path or report_dir or markdown:
-            doc = self.write_outputs(int(exitstatus), json_path, report_dir)
-            if markdown:
-                write_markdown(config, doc)
+        if not (json_path or report_dir or markdown):
+            return
+        from pytest_accuracy.safe_io import AccuracyOutputError, folder_lock
+
+        try:
+            with folder_lock(report_dir):
+                doc = self.write_outputs(int(exitstatus), json_path, report_dir)
+                if markdown:
+                    write_markdown(config, doc)
+        except AccuracyOutputError as exc:
+            _outputs_failed(session, f"not written: {exc}", pytest.ExitCode.INTERNAL_ERROR)
+        except KeyboardInterrupt:
+            _outputs_failed(session, "interrupted while writing the outputs: each file is "
+                            "the previous run's or this one's, whole", pytest.ExitCode.INTERRUPTED)
 
     def write_outputs(self, exitstatus: int, json_path: Any, report_dir: Any) -> dict[str, Any]:
         from pytest_accuracy.report.document import (
@@ -198,8 +210,7 @@ class AccuracyResults:
         if json_path:
             write_json(doc, json_path)
         if report_dir:
-            out = Path(report_dir)
-            out.mkdir(parents=True, exist_ok=True)
+            out = ensure_dir(report_dir)
             write_compare_csv(self.nodes, out, self.first)
             images = _write_group_reports(self.config, self.groups, out)
             write_html(doc, out, images)
@@ -257,6 +268,18 @@ def groups_unchecked(groups: dict[str, list[dict[str, Any]]]) -> str | None:
     kinds = ", ".join(sorted({str(r.get("group")) for r in records}))
     return (f"Nothing was checked: all {len(records)} {kinds} items were skipped (see their "
             "reasons above).")
+
+
+def _outputs_failed(session: pytest.Session, why: str, code: pytest.ExitCode) -> None:
+    """One line on the terminal (no traceback) and an exit status that is not a pass."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    line = escape_controls(f"pytest-accuracy: {why}")
+    if reporter is not None:
+        reporter.write_line(f"\n{line}", red=True, bold=True)  # after the progress line
+    else:
+        sys.stderr.write(line + "\n")
+    if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        session.exitstatus = code
 
 
 def _log_verdict_failure(session: pytest.Session, why: str) -> None:
