@@ -9,7 +9,8 @@ from pathlib import Path
 
 from pytest_accuracy.errors import AccuracyInputError
 
-__all__ = ["CONFIG_ROOT_ENV", "LIMITS", "Limit", "TensorBudget", "limit"]
+__all__ = ["CONFIG_ROOT_ENV", "LIMITS", "Limit", "LimitError", "TensorBudget", "check_limits",
+           "limit"]
 
 #: A MindFormers `base_config` must lie under the config's own directory, or under this one.
 CONFIG_ROOT_ENV = "ACC_CONFIG_ROOT"
@@ -81,20 +82,32 @@ LIMITS: dict[str, Limit] = {
 }
 
 
-def limit(name: str) -> int:
-    """The current value of limit ``name``: its env var when set to an integer, else the default.
+class LimitError(ValueError):
+    """A limit's environment variable holds no positive integer."""
 
-    Read on every call so that a test or a CI job can change it without re-importing.
+
+def limit(name: str) -> int:
+    """The current value of limit ``name``: its env var when set, else the default.
+
+    Read on every call so that a test or a CI job can change it without re-importing. A value
+    that is no positive integer (``1e3``, ``-1``) raises LimitError naming the variable: a
+    limit silently replaced by its default is not the one the user set.
     """
     spec = LIMITS[name]
-    raw = os.environ.get(spec.env, "").strip().replace("_", "")
+    raw = os.environ.get(spec.env, "").strip()
     if not raw:
         return spec.default
-    try:
-        value = int(raw)
-    except ValueError:
-        return spec.default
-    return value if value > 0 else spec.default
+    digits = raw.replace("_", "")
+    if not (digits.isascii() and digits.isdigit()) or int(digits) <= 0:
+        raise LimitError(f"{spec.env}={raw[:40]!r} is not a positive integer ({spec.bounds}; "
+                         f"the default is {spec.default}): set a whole number, or unset it")
+    return int(digits)
+
+
+def check_limits() -> None:
+    """Every limit's variable read once: the first bad one raises LimitError."""
+    for name in LIMITS:
+        limit(name)
 
 
 def over(name: str, value: int) -> str:

@@ -27,6 +27,7 @@ from pytest_accuracy.options import INPUT_DESTS, OPTIONS
 _NODE_PREFIX = "accuracy::"
 SELECTED_KEY = pytest.StashKey[list[str]]()
 AUTO_WORKERS_KEY = pytest.StashKey[str]()  # why -n auto ran without workers
+ACTIVE_KEY = pytest.StashKey[bool]()  # inputs given: the header says what this run checks
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -80,9 +81,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SELECTED_KEY] = _take_node_ids(config)
     if not given and not config.stash[SELECTED_KEY]:
         return  # nothing to compare, report or write: the suite and its summary stay unloaded
+    from pytest_accuracy.limits import LimitError, check_limits
+
+    try:
+        check_limits()
+    except LimitError as exc:
+        raise pytest.UsageError(str(exc)) from None
     from pytest_accuracy.suite.state import STATE_KEY, make_state
 
     config.stash[STATE_KEY] = make_state(config)
+    config.stash[ACTIVE_KEY] = True
     if setting(config, "merge"):
         from pytest_accuracy.suite.merge_items import MergePlugin
 
@@ -115,15 +123,24 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     return auto_workers(config)
 
 
-def pytest_report_header(config: pytest.Config) -> str | None:
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    lines = []
+    if config.stash.get(ACTIVE_KEY, False):
+        from pytest_accuracy.suite.usage import run_mode
+
+        mode = run_mode(config)
+        if mode:
+            lines.append(mode)
     if AUTO_WORKERS_KEY in config.stash:
-        return config.stash[AUTO_WORKERS_KEY]
-    if (getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput")
+        lines.append(config.stash[AUTO_WORKERS_KEY])
+    elif (getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput")
             and _npu_given(config)):
         from pytest_accuracy.suite.auto_workers import workers_note
 
-        return workers_note(config)
-    return None
+        note = workers_note(config)
+        if note:
+            lines.append(note)
+    return lines or None
 
 
 def _npu_given(config: pytest.Config) -> bool:

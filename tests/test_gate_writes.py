@@ -38,8 +38,9 @@ def test_a_step_summary_that_is_no_regular_file_is_one_line_never_a_hang(
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *BUG, timeout=300)
     assert result.ret == pytest.ExitCode.INTERNAL_ERROR
     lines = [line for line in result.outlines if "pytest-accuracy: not written" in line]
+    what = {"fifo": "a FIFO", "device": "a character device", "folder": "a directory"}[kind]
     assert lines == [f"pytest-accuracy: not written: {target}: cannot append: not a regular "
-                     f"file ({ {'fifo': 'a FIFO', 'device': 'a character device', 'folder': 'a directory'}[kind]})"]
+                     f"file ({what})"]
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
 
 

@@ -35,6 +35,10 @@ def load_dumps(
         from pytest_accuracy.safe_io import check_regular
 
         check_regular(root)  # a FIFO or device given as the dump is refused by name
+        if root.suffix.lower() != ".json":  # a log or a tensor file where the dump belongs
+            raise AccuracyInputError(root, "a file where a dump belongs: give msprobe's dump "
+                                     "folder (holding step*/rank*/dump.json), one step or "
+                                     "rank folder of it, or a dump.json file")
     if _is_native(root):
         from pytest_accuracy.dumps.native import load_native
 

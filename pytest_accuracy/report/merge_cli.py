@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_accuracy.errors import AccuracyInputError
-from pytest_accuracy.limits import limit, over
+from pytest_accuracy.limits import LimitError, check_limits, limit, over
 from pytest_accuracy.options import parse_int_set
 from pytest_accuracy.report.document import write_html, write_json
 from pytest_accuracy.report.merge import merge_files, summary_lines
@@ -30,6 +30,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ranks", type=_int_set, help="the ranks the parts must cover "
                         "together, e.g. '0-127' (default: every rank some part holds)")
     args = parser.parse_args(argv)
+    try:
+        check_limits()
+    except LimitError as exc:
+        print(f"pytest-accuracy-merge: {escape_line(exc)}", file=sys.stderr)
+        return 2
     try:
         doc = merge_files(args.parts, steps=args.steps, ranks=args.ranks)
         for line in summary_lines(doc):

@@ -106,6 +106,11 @@ class AccuracyResults:
         _index_teardown_reports(terminalreporter)  # before pytest prints the failures
         yield
         lines = self.summary_lines()
+        from pytest_accuracy.suite.usage import run_mode
+
+        mode = run_mode(config)
+        if mode and "nothing is compared" in mode:  # a pass here is no compare's pass
+            lines.insert(0, mode)
         if lines:
             terminalreporter.write_sep("=", "accuracy")
             for line in lines:

@@ -39,13 +39,29 @@ def unknown_ini_message(config: pytest.Config) -> str | None:
     return "\n".join(lines)
 
 
+# (NPU setting, bench setting, what needs both, the NPU side alone is a job of its own)
+_PAIRS = (("npu", "bench", "a compare needs both dumps", True),
+          ("npu_log", "bench_logs", "the migration standard compares two logs", False),
+          ("npu_config", "bench_config", "the config checklist compares two configs", False))
+
+
 def missing_dump_message(config: pytest.Config) -> str | None:
-    """A bench dump without the NPU dump: what is missing and how to add it."""
-    npu, bench = setting(config, "npu"), setting(config, "bench")
-    if not bench or npu:  # an NPU dump alone is checked for overflow (or prechecked)
-        return None
-    return ("--acc-bench is given but --acc-npu is missing: a compare needs both dumps; add "
-            "--acc-npu=PATH")
+    """One side of a pair of inputs given without the other: which is missing and how to
+    add it. An NPU dump alone is checked for overflow (or prechecked)."""
+    for npu_key, bench_key, why, npu_alone in _PAIRS:
+        npu, bench = setting(config, npu_key), setting(config, bench_key)
+        if bool(npu) == bool(bench):
+            continue
+        if npu and npu_alone:
+            continue
+        given, missing = (npu_key, bench_key) if npu else (bench_key, npu_key)
+        return (f"{_flag(given)} is given but {_flag(missing)} is missing: {why}; add "
+                f"{_flag(missing)}=PATH")
+    return None
+
+
+def _flag(key: str) -> str:
+    return "--acc-" + key.replace("_", "-").removesuffix("s")
 
 
 def unknown_node_ids(selected: Iterable[str], items: list[pytest.Item]) -> str | None:
@@ -72,3 +88,30 @@ def marker_path_problem(item: pytest.Item) -> str | None:
                 return (f"@accuracy({key}=...): {path} does not exist (relative marker paths "
                         f"are read from the test file's directory, {item.path.parent})")
     return None
+
+
+def run_mode(config: pytest.Config) -> str | None:
+    """The checks this run makes, and the inputs not given (the header and summary say it:
+    an NPU dump without a bench is an overflow check, not a compare that passed)."""
+    if setting(config, "merge"):
+        return "accuracy: merge of --acc-json parts"
+    done, missing = [], []
+    npu, bench = setting(config, "npu"), setting(config, "bench")
+    if npu:
+        what = ("compare of two dumps" if bench else
+                "overflow check of the NPU dump only: no --acc-bench, nothing is compared")
+        done.append(what + (" and precheck" if setting(config, "precheck") else ""))
+    else:
+        missing.append("dumps (--acc-npu, --acc-bench)")
+    if setting(config, "npu_log") and setting(config, "bench_logs"):
+        done.append("migration standard on the logs")
+    else:
+        missing.append("training logs (--acc-npu-log, --acc-bench-log)")
+    if setting(config, "npu_config") and setting(config, "bench_config"):
+        done.append("config checklist")
+    else:
+        missing.append("configs (--acc-npu-config, --acc-bench-config)")
+    if not done:
+        return None
+    return (f"accuracy: {'; '.join(done)}"
+            + (f" (not given: {', '.join(missing)})" if missing else ""))
