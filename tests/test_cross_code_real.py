@@ -205,3 +205,17 @@ def test_clean_eager_chains_pass_against_fused_attention(pytester: pytest.Pytest
                "--acc-steps-select=0")
     assert doc["verdict"] == "pass", [n["npu_name"] for n in doc["compare"]["nodes"]
                                       if n["status"] == "fail"][:3]
+
+
+def test_a_loss_over_other_positions_pairs_as_the_loss_and_passes(
+        pytester: pytest.Pytester) -> None:
+    """Class 6: TransformerLens takes the loss over the 7 real target positions (logits
+    sliced), transformers over all 8 with the last ignored (ignore_index -100). The loss
+    calls read other values (2x7 against 16 rows), yet each run's last forward call is the
+    loss, one number agreeing: paired as the loss, and the run passes."""
+    case = CROSS / "tl_loss_positions"
+    doc = _run(pytester, case / "mix", CROSS / "_bench_loss" / "mix", "--acc-steps-select=0")
+    assert doc["verdict"] == "pass"
+    loss = next(n for n in doc["compare"]["nodes"] if n["npu_name"] == "Tensor.mean.9.forward")
+    assert (loss["status"], loss["bench_name"]) == ("pass", "Functional.cross_entropy.0.forward")
+    assert doc["compare"]["coverage"]["matched_share"] >= 0.85
