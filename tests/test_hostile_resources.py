@@ -152,6 +152,30 @@ def test_precheck_full_of_20000_squared(tmp_path: Path) -> None:
     assert str(out["outcome"]).startswith("skip: replay needs about 12800000000 bytes")
 
 
+def test_precheck_full_of_40000_squared_given_as_keywords(tmp_path: Path) -> None:
+    """The issue's form: ``size=(40000, 40000)`` as a keyword skips with the budget (no
+    allocation until the address-space cap)."""
+    rank = tmp_path / "d" / "step0" / "rank0"
+    rank.mkdir(parents=True)
+    big = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [40000, 40000],
+           "Max": 1.0, "Min": 1.0, "Mean": 1.0, "Norm": 40000.0, "requires_grad": False}
+    data = {"Torch.full.0.forward": {
+        "input_args": [], "output": [big],
+        "input_kwargs": {"size": [{"type": "int", "value": 40000}] * 2,
+                         "fill_value": {"type": "float", "value": 1.0}}}}
+    (rank / "dump.json").write_text(json.dumps({"task": "statistics", "level": "L1",
+                                                "framework": "pytorch", "data": data}))
+    code = """
+    from pytest_accuracy.dumps.layout import load_dumps
+    from pytest_accuracy.precheck.runner import plan, run_case
+    [case] = plan(load_dumps(Path(sys.argv[0]).parent / "d"))
+    result = run_case(case)
+    done(f"{result.status}: {result.reason}")
+    """
+    out = _measure(code, tmp_path)
+    assert str(out["outcome"]).startswith("skip: replay needs about 51200000000 bytes")
+
+
 def test_billion_laughs_waivers(tmp_path: Path) -> None:
     lines = ["a: &a [x, x, x, x, x, x, x, x, x]"]
     lines += [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]"

@@ -98,9 +98,10 @@ def run_mode(config: pytest.Config) -> str | None:
     done, missing = [], []
     npu, bench = setting(config, "npu"), setting(config, "bench")
     if npu:
-        what = ("compare of two dumps" if bench else
-                "overflow check of the NPU dump only: no --acc-bench, nothing is compared")
-        done.append(what + (" and precheck" if setting(config, "precheck") else ""))
+        checks = ("compare of two dumps" if bench else "overflow check")
+        checks += " and precheck" if setting(config, "precheck") else ""
+        done.append(checks if bench else
+                    f"{checks} of the NPU dump only: no --acc-bench, nothing is compared")
     else:
         missing.append("dumps (--acc-npu, --acc-bench)")
     if setting(config, "npu_log") and setting(config, "bench_logs"):
