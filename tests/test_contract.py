@@ -55,3 +55,26 @@ def test_a_chain_below_the_fused_calls_precision_is_named_unless_the_step_went_t
     assert chain_contract(_chain(1 / math.sqrt(8), "float16"), _sdpa(), "float16") is None
     # a chain with no scaling call says nothing of the scale
     assert chain_contract([_call("Torch.einsum.0.forward")], _sdpa(0.1), "float32") is None
+
+
+def test_a_causal_fused_call_holds_the_chains_softmax_to_a_first_row_of_one() -> None:
+    """Statistics only: a causal first row attends to itself alone, so the chain's softmax
+    has Max 1; a mask shifted by one leaves no row of one position (Max 0.52)."""
+    def softmax(high: float) -> Call:
+        call = _call("Functional.softmax.0.forward")
+        call.outputs = [TensorRecord("output.0", "output", "float32", "torch.float32",
+                                     (2, 4, 8, 8), Stats(high, 0.0, 0.125, 4.66))]
+        return call
+
+    chain = [_call("Torch.einsum.0.forward"), softmax(0.5169), _call("Torch.einsum.1.forward")]
+    found = chain_contract(chain, _sdpa(None), "float32")
+    assert found is not None and (found.kind, found.via) == (
+        "argument", "Functional.softmax.0.forward")
+    assert "the region's mask is not causal" in found.detail
+    chain[1] = softmax(1.0)
+    assert chain_contract(chain, _sdpa(None), "float32") is None
+    not_causal = _sdpa(None)
+    not_causal.inputs = [a for a in not_causal.inputs
+                         if getattr(a, "path", "") != "input.is_causal"]
+    chain[1] = softmax(0.5169)
+    assert chain_contract(chain, not_causal, "float32") is None  # nothing promised

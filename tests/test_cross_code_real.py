@@ -178,24 +178,30 @@ def test_workers_pair_a_later_step_as_one_process_does(pytester: pytest.Pytester
 
 
 # case -> the finding that names the call inside the NPU's attention chain (issue 36, class 7)
-FUSED = {"xt_attn_scale": "argument", "tl_attn_scale": "argument", "xt_softmax_fp16": "precision"}
+FUSED = {("xt_attn_scale", "mix"): "argument", ("tl_attn_scale", "mix"): "argument",
+         ("xt_softmax_fp16", "mix"): "precision", ("xt_mask_shift", "mix"): "argument",
+         ("tl_mask_shift", "L1"): "argument"}
 
 
-@pytest.mark.parametrize("case", sorted(FUSED))
+@pytest.mark.parametrize(("case", "level"), sorted(FUSED))
 def test_a_bug_inside_an_eager_chain_against_fused_attention_is_named(
-        pytester: pytest.Pytester, case: str) -> None:
+        pytester: pytest.Pytester, case: str, level: str) -> None:
     """The bench calls scaled_dot_product_attention (one call), the NPU codebase the eager
     chain: only the chain's end has a counterpart. What the fused call's record promises (its
-    scale, its precision) names the chain's call that breaks it, as the truth does."""
-    want = json.loads((CROSS / case / "truth.json").read_text())["levels"]["mix"]
-    doc = _run(pytester, CROSS / case / "mix", CROSS / "_bench_sdpa" / "mix",
+    scale, its causal mask, its precision) names the chain's call that breaks it, as the
+    truth does: the mask's maker (tensor data, TransformerLens' __le__), the softmax whose
+    first row no longer attends to itself alone (statistics)."""
+    want = json.loads((CROSS / case / "truth.json").read_text())["levels"][level]
+    doc = _run(pytester, CROSS / case / level, CROSS / "_bench_sdpa" / level,
                "--acc-steps-select=0")
     first = doc["compare"]["first_divergence"]
     assert first["bench_name"].startswith("Functional.scaled_dot_product_attention.")
-    assert (first["through"], first["finding"]) == (want["expected"], FUSED[case])
-    if FUSED[case] == "argument":
+    assert (first["through"], first["finding"]) == (want["expected"], FUSED[case, level])
+    if case.endswith("attn_scale"):
         assert "where the bench's scaled_dot_product_attention scales by 0.353553" in (
             first["likely_cause"])
+    if case.endswith("mask_shift"):
+        assert "the region's mask is not causal" in first["likely_cause"]
 
 
 @pytest.mark.parametrize("case", ["xt_clean", "tl_clean"])

@@ -12,8 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
+from pytest_accuracy.compare.metrics import MASK_VALUE
 from pytest_accuracy.compare.results import Finding
 from pytest_accuracy.dumps.model import FLOAT_EPS, Call, ScalarArg
+from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.pairing.anchors import leading
 
 _ATTENTION = ("scaled_dot_product_attention", "npu_fusion_attention", "flash_attention_score",
@@ -23,12 +27,90 @@ _SCALES = {"__mul__": 1, "__rmul__": 1, "mul": 1, "Mul": 1, "__truediv__": -1, "
 _SCALE_REL = 1e-6
 
 
-def chain_contract(chain: Sequence[Call], fused: Call, step_dtype: str) -> Finding | None:
+def chain_contract(chain: Sequence[Call], fused: Call, step_dtype: str,
+                   before: Sequence[Call] = ()) -> Finding | None:
     """The first call of ``chain`` that breaks what ``fused`` promises, as a finding naming
     it (``via``); None when the chain keeps it (or the record says too little). A precision
     below the fused call's is one only below ``step_dtype`` too: the precision both runs
-    already went through (two codebases place their casts apart)."""
-    return _scale(chain, fused) or _precision(chain, fused, step_dtype)
+    already went through (two codebases place their casts apart). ``before``: the run's
+    calls up to the chain's end, where the chain's mask may have been made."""
+    return (_scale(chain, fused) or _mask(chain, fused, before)
+            or _precision(chain, fused, step_dtype))
+
+
+def _mask(chain: Sequence[Call], fused: Call, before: Sequence[Call]) -> Finding | None:
+    """A causal fused call (``is_causal=True``) against a chain whose mask is not causal:
+    with tensor data, the positions the masking call fills against j > i; with statistics,
+    the softmax's Max (a causal first row attends to itself alone: its weight is 1). Named
+    where the record shows it: the mask's maker, else the masking call (data), else the
+    softmax."""
+    scalars = {a.path.rsplit(".", 1)[-1]: a.value for a in fused.scalar_inputs}
+    if fused.op not in _ATTENTION or scalars.get("is_causal") is not True:
+        return None
+    masking = next((c for c in chain if any(r.dtype == "bool" for r in c.input_tensors)), None)
+    softmax = next((c for c in chain if c.op.lower() == "softmax"), None)
+    wrong = _masked_otherwise(masking) if masking is not None else None
+    if wrong is None and softmax is not None:
+        out = leading(softmax)
+        high = out.stats.max if out is not None else None
+        if high is not None and math.isfinite(high) and high < 1.0 - _CAUSAL_SLACK:
+            wrong = (f"no row of {softmax.name} attends to one position alone (its Max is "
+                     f"{high:.4g})")
+    if wrong is None:
+        return None
+    maker = _mask_maker(masking, before) if masking is not None else None
+    culprit = maker or (masking if wrong.startswith("it fills") else softmax) or masking
+    if culprit is None:
+        return None
+    return Finding("argument", f"the region's mask is not causal: {wrong}, where the bench's "
+                   f"{fused.op} is causal (is_causal=True: row i sees positions 0..i)",
+                   via=culprit.name)
+
+
+_CAUSAL_SLACK = 1e-3
+
+
+def _masked_otherwise(masking: Call) -> str | None:
+    """How the masking call's output (tensor data) differs from a causal mask, else None."""
+    out = leading(masking)
+    if out is None or not out.has_data or len(out.shape) < 2:
+        return None
+    try:
+        values = np.asarray(out.load(), dtype=np.float64)
+    except (AccuracyInputError, ValueError, TypeError):
+        return None
+    rows, cols = values.shape[-2:]
+    want = np.triu(np.ones((rows, cols), dtype=bool), k=1)  # j > i
+    got = values <= MASK_VALUE
+    bad = got != want
+    if not bad.any():
+        return None
+    where = np.argwhere(bad)[0][-2:]
+    return (f"it fills {int(got.sum())} positions where a causal mask fills "
+            f"{int(want.sum()) * (values.size // want.size)} (first at row {where[0]}, "
+            f"column {where[1]})")
+
+
+def _mask_maker(masking: Call, before: Sequence[Call]) -> Call | None:
+    """The latest call before ``masking`` making a bool tensor of its mask's shape (up to
+    the leading ones a broadcast view adds: ``mask[None, None]``)."""
+    mask = next((r for r in masking.input_tensors if r.dtype == "bool"), None)
+    if mask is None:
+        return None
+    for call in reversed(before):
+        if call.order >= masking.order or call.direction != "forward":
+            continue
+        if any(r.dtype == "bool" and _unbroadcast(r.shape) == _unbroadcast(mask.shape)
+               for r in call.output_tensors):
+            return call
+    return None
+
+
+def _unbroadcast(shape: tuple[int, ...]) -> tuple[int, ...]:
+    dims = list(shape)
+    while dims and dims[0] == 1:
+        dims.pop(0)
+    return tuple(dims)
 
 
 def _precision(chain: Sequence[Call], fused: Call, step_dtype: str) -> Finding | None:

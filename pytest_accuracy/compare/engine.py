@@ -193,7 +193,7 @@ class Comparison:
         if not names:
             return []
         chain = [c for name in names if (c := dump.get(name)) is not None]
-        found = chain_contract(chain, bench, dtype)
+        found = chain_contract(chain, bench, dtype, dump.calls[: call.order + 1])
         return [found] if found is not None else []
 
     def inside_of(self, index: int) -> str | None:
