@@ -163,3 +163,30 @@ def test_markdown_failure_rows_under_xdist_carry_the_message(pytester: pytest.Py
     rows = [line for line in out.read_text().splitlines() if line.startswith("| accuracy::")]
     assert rows and all("[gw" not in row for row in rows)
     assert any("| Outputs of Tensor.\\_\\_add\\_\\_.5.forward" in row for row in rows)
+
+
+def test_a_worker_killed_midway_fails_the_run_and_says_where(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGKILL to an xdist worker on the node (an out-of-memory kill): those items fail as
+    crashed, the verdict is fail, and the Markdown row says which worker on which node."""
+    from tests.helpers import rerun
+
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    pytester.makeconftest(
+        "import os, signal\n"
+        "import pytest\n"
+        "@pytest.hookimpl(tryfirst=True)\n"
+        "def pytest_runtest_protocol(item, nextitem):\n"
+        "    if os.environ.get('PYTEST_XDIST_WORKER') and item.nodeid.endswith(\n"
+        "            '0/0/Tensor.__add__.5.forward'):\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n")
+    clean = dump("pt_fp32", "mix_statistics")
+    out, md = pytester.path / "acc.json", pytester.path / "summary.md"
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", "2", f"--acc-npu={clean}",
+        f"--acc-bench={rerun(clean, pytester.path)}", f"--acc-json={out}",
+        f"--acc-markdown={md}", timeout=300)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert json.loads(out.read_text())["verdict"] == "fail"
+    assert "| accuracy::compare::0/0/Tensor.\\_\\_add\\_\\_.5.forward | worker 'gw" in (
+        md.read_text())
