@@ -1,8 +1,10 @@
 """Run a hostile case in a child interpreter with memory and time caps; measure it.
 
 The child gets RLIMIT_AS of 2 GiB (numpy and pandas map ~0.6 GiB of address space before any
-work) and a 30 s timeout: a hang or a memory blow-up ends the child, never the suite.  The
-case prints one JSON line through ``done(outcome)``; peak RSS (VmHWM) and wall come with it.
+work) and 120 s of CPU time (RLIMIT_CPU): a blow-up in time or memory ends the child, never the
+suite, whatever else keeps the machine busy (a wall-clock bound failed cases on a loaded box).
+A wall-clock timeout of 600 s is left only for a child blocked without using CPU.  The case
+prints one JSON line through ``done(outcome)``; peak RSS (VmHWM) and wall come with it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from typing import Any
 from tests.helpers import ROOT
 
 AS_LIMIT = 2 << 30
-TIMEOUT_S = 30
+CPU_S = 120  # CPU seconds: load on the machine does not count against it
+TIMEOUT_S = 600  # wall: only a child blocked without using CPU reaches it
 MAX_RSS_KB = 1 << 20  # 1 GiB of resident memory at most
 
 PRELUDE = """
@@ -42,6 +45,7 @@ here = Path(sys.argv[1])
 
 def _caps() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
+    resource.setrlimit(resource.RLIMIT_CPU, (CPU_S, CPU_S))
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -69,5 +73,5 @@ def run_child(code: str, workdir: Path, **env: str) -> dict[str, Any]:
 def run_command(args: list[str], workdir: Path) -> subprocess.CompletedProcess[str]:
     """A console command under the same caps (the merge CLI, pytest)."""
     return subprocess.run(args, capture_output=True, text=True, cwd=workdir,
-                          timeout=TIMEOUT_S * 4, check=False, preexec_fn=_caps,
+                          timeout=TIMEOUT_S, check=False, preexec_fn=_caps,
                           env=child_env())
