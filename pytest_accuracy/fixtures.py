@@ -17,12 +17,25 @@ def _marker_kwargs(request: pytest.FixtureRequest) -> dict[str, Any]:
     return marker_kwargs(request.node)
 
 
+def _missing(request: pytest.FixtureRequest, what: str) -> None:
+    """An input the test asks for is given nowhere: an error (a CI job whose ini lost its
+    paths must not pass by skipping), or a skip where the user chose that."""
+    from pytest_accuracy.settings import typed_setting
+
+    if typed_setting(request.config, "missing_input") == "skip":
+        pytest.skip(f"no {what}")
+    pytest.fail(f"no {what}; a suite test needs its inputs (--acc-missing-input=skip, ini "
+                "acc_missing_input = skip, skips such tests instead)", pytrace=False)
+
+
 def _dump(request: pytest.FixtureRequest, name: str) -> DumpSet:
     from pytest_accuracy.dumps.layout import load_dumps
 
     path = path_setting(request.config, name, _marker_kwargs(request))
     if path is None:
-        pytest.skip(f"no {name} dump given (--acc-{name}, ini acc_{name} or @accuracy({name}=...))")
+        _missing(request, f"{name} dump given (--acc-{name}, ini acc_{name} or "
+                          f"@accuracy({name}=...))")
+    assert path is not None
     return load_dumps(path)
 
 
@@ -75,7 +88,8 @@ def acc_npu_log(request: pytest.FixtureRequest) -> Any:
 
     npu, _ = _log_paths(request)
     if npu is None:
-        pytest.skip("no NPU log given (--acc-npu-log, ini acc_npu_log or @accuracy(npu_log=...))")
+        _missing(request, "NPU log given (--acc-npu-log, ini acc_npu_log or "
+                          "@accuracy(npu_log=...))")
     return read_log(npu, **log_reading(request.config))
 
 
@@ -86,8 +100,8 @@ def acc_bench_logs(request: pytest.FixtureRequest) -> list[Any]:
 
     _, benches = _log_paths(request)
     if not benches:
-        pytest.skip("no bench log given (--acc-bench-log, ini acc_bench_log or "
-                    "@accuracy(bench_logs=[...]))")
+        _missing(request, "bench log given (--acc-bench-log, ini acc_bench_log or "
+                          "@accuracy(bench_logs=[...]))")
     from pytest_accuracy.settings import log_reading
 
     return [read_log(p, **log_reading(request.config)) for p in benches]

@@ -91,6 +91,9 @@ OPTIONS: tuple[Option, ...] = (
            ("auto", "always", "name")),
     Option("suite", "choice", "built-in suite: auto (when inputs are given on the command line "
            "or in the ini file), on, off", ("auto", "on", "off")),
+    Option("missing-input", "choice", "a suite test whose fixture's input is given nowhere: "
+           "error (default: a CI job that lost its paths must not pass), or skip",
+           ("error", "skip")),
     Option("precheck", "flag", "generate per-API precheck items from the NPU dump"),
     Option("device", "device", "precheck device (default dump: judge the dumped outputs; cpu "
            "re-runs with the dump's framework, mindspore:cpu with MindSpore's CPU backend)"),

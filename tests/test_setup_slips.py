@@ -52,3 +52,28 @@ def test_the_header_and_summary_say_an_npu_dump_alone_compares_nothing(
     result.stdout.fnmatch_lines([line, "*= accuracy =*", line])
     both = pytester.runpytest("-p", "no:cacheprovider", NPU, BENCH)
     both.stdout.fnmatch_lines(["accuracy: compare of two dumps (not given: training logs*"])
+
+
+SUITE = """
+def test_my_model(acc_compare):
+    acc_compare.assert_close()
+
+def test_my_logs(acc_npu_log):
+    assert len(acc_npu_log.frame) > 0
+"""
+
+
+def test_a_suite_test_whose_inputs_are_given_nowhere_errors_unless_told_to_skip(
+        pytester: pytest.Pytester) -> None:
+    """A CI job whose ini lost its dump paths used to exit 0 (every suite test skipped)."""
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines([
+        "*no npu dump given (--acc-npu, ini acc_npu or @accuracy(npu=...)); a suite test needs "
+        "its inputs (--acc-missing-input=skip, ini acc_missing_input = skip, skips such tests "
+        "instead)*"])
+    skipped = pytester.runpytest("-p", "no:cacheprovider", "--acc-missing-input=skip")
+    assert skipped.ret == pytest.ExitCode.OK
+    skipped.assert_outcomes(skipped=2)
