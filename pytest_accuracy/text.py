@@ -7,7 +7,7 @@ import reprlib
 
 from pytest_accuracy.limits import limit
 
-__all__ = ["brief", "escape_controls", "escape_line", "printable"]
+__all__ = ["brief", "escape_controls", "escape_line", "headline", "printable"]
 
 # C0/C1 controls (ESC starts terminal escape sequences), DEL, the Unicode bidi marks and
 # overrides, the zero-width and invisible characters (a failing twin of a passing node's name
@@ -52,3 +52,24 @@ def printable(text: object, max_chars: int | None = None) -> str:
 def brief(value: object) -> str:
     """A short repr of ``value`` built without ever forming the full repr of a huge object."""
     return printable(_REPR.repr(value), 200)
+
+
+# lines that say what a failure is about but not what missed it
+_NO_HEADLINE = re.compile(r"(:|\.py:\d+: \w*(Error|Exception))$|^\[gw\d+\] \S+ -- Python ")
+
+
+def headline(text: str) -> str:
+    """The line of a failure message to show alone (a summary row, a record's reason): the
+    first naming an amount and what allowed it ("relative error 0.02 (up to 0.0001
+    allowed)"), else the exception's own line (pytest's ``E   `` lines), else the first line
+    that is not a heading ("... misses its @accuracy criteria:"), a worker's banner or a
+    traceback's ``file.py:26: AssertionError``."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    told = [line[1:].strip() for line in lines if line.startswith("E ")]
+    plain = [line for line in lines if not _NO_HEADLINE.search(line)]
+    for pool in (told, plain):
+        hit = next((line for line in pool if "allowed" in line or "(up to " in line
+                    or "required)" in line), None)
+        if hit is not None:
+            return hit
+    return next(iter(told), None) or next(iter(plain), None) or (lines[0] if lines else "")

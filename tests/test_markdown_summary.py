@@ -35,7 +35,8 @@ def test_the_option_writes_verdict_first_divergence_and_failures(
     assert "### First divergence" in text
     assert r"**Tensor.\_\_add\_\_.5.forward** (step 0, rank 0), output.0: relative error" in text
     assert "Likely cause: non-tensor argument differs (input.1: 1e-05 vs bench 1e-06)" in text
-    assert "| accuracy::compare::0/0/Tensor.\\_\\_add\\_\\_.5.forward | Outputs of" in text
+    assert ("| accuracy::compare::0/0/Tensor.\\_\\_add\\_\\_.5.forward | output.0: relative "
+            "error 0.0184 (up to 0.0001 allowed)") in text
 
 
 def test_github_step_summary_is_appended_to(pytester: pytest.Pytester,

@@ -69,7 +69,10 @@ def test_a_suite_reaches_the_json_the_report_and_the_summary(pytester: pytest.Py
     tests = {t["name"].split("::")[-1]: t for t in doc["suites"]["tests"]}
     assert set(tests) == {"test_marker_only", "test_localised", "test_logs"}
     assert tests["test_marker_only"]["status"] == "fail"
-    assert tests["test_marker_only"]["reason"].startswith("test_marker_only (test_suite.py:")
+    # the line naming the criterion and the amount, not the heading ending in a colon
+    assert tests["test_marker_only"]["reason"].startswith(
+        "First divergence: Tensor.__add__.5.forward (step 0, rank 0), output.0: relative error")
+    assert "(up to 0.0001 allowed)" in tests["test_marker_only"]["reason"]
     assert tests["test_localised"]["status"] == "pass"
     assert tests["test_localised"]["first_divergence"]["npu_name"] == "Tensor.__add__.5.forward"
     assert tests["test_logs"]["inputs"]["npu_log"].endswith("mindformers_npu.log")
@@ -92,3 +95,27 @@ def test_a_suite_that_passes_is_a_pass_not_nothing_checked(pytester: pytest.Pyte
     doc = json.loads((pytester.path / "acc.json").read_text())
     assert doc["verdict"] == "pass" and doc["suites"]["tests"][0]["status"] == "pass"
     assert header(pytester) == "pass | pytest-accuracy: PASS | Your suites: all 1 tests pass"
+
+
+def test_a_suite_records_reasons_as_text_and_failures_by_their_amount(
+        pytester: pytest.Pytester) -> None:
+    """A skip's reason is its text, not pytest's (path, line, "Skipped: ...") tuple; a user's
+    assert is summed up by its own line, not "test_x.py:5: AssertionError"."""
+    pytester.makepyfile(test_suite=f"""
+        import pytest
+        from pytest_accuracy import accuracy
+
+        @accuracy(npu=r"{dump('pt_bug', 'L1_tensor')}", bench=r"{dump('pt_fp32', 'L1_tensor')}")
+        def test_skipped(acc_compare):
+            pytest.skip("not on this machine")
+
+        @accuracy(npu=r"{dump('pt_bug', 'L1_tensor')}", bench=r"{dump('pt_fp32', 'L1_tensor')}")
+        def test_asserts(acc_compare):
+            assert len(acc_compare.failures) == 0, "failures left"
+    """)
+    run(pytester, "--acc-json=acc.json")
+    doc = json.loads((pytester.path / "acc.json").read_text())
+    tests = {t["name"].split("::")[-1]: t for t in doc["suites"]["tests"]}
+    assert tests["test_skipped"]["reason"] == "not on this machine"
+    assert tests["test_asserts"]["reason"].startswith("AssertionError: failures left")
+    assert tests["test_asserts"]["summary"] == tests["test_asserts"]["reason"]

@@ -4,15 +4,14 @@ Actions, appended to ``$GITHUB_STEP_SUMMARY`` (the job's summary page)."""
 from __future__ import annotations
 
 import os
-import re
 from typing import Any
 
 import pytest
 
 from pytest_accuracy.settings import setting
+from pytest_accuracy.text import headline
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
-_WORKER_LINE = re.compile(r"\[gw\d+\] \S+ -- Python ")
 
 
 def markdown_wanted(config: pytest.Config) -> bool:
@@ -52,8 +51,8 @@ def _failures(stats: dict[str, list[Any]]) -> list[tuple[str, str]]:
     for key in ("failed", "error"):
         for report in stats.get(key, []):
             text = str(getattr(report, "longreprtext", "") or "").strip()
-            # under xdist a report's text starts with its worker's line, not the message
-            first = next((line for line in text.splitlines()
-                          if line.strip() and not _WORKER_LINE.match(line)), "")
+            # the line naming the criterion and the amount; under xdist a report's text
+            # starts with its worker's line, never that
+            first = headline(text)
             out.append((str(getattr(report, "nodeid", "")) or "(collection)", first))
     return out

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from pytest_accuracy.marker import PATH_KEYS, marker_kwargs
+from pytest_accuracy.text import headline
 
 _FIXTURES = ("acc_compare", "acc_npu_dump", "acc_bench_dump", "acc_npu_log", "acc_bench_logs")
 _FIRST_KEYS = ("npu_name", "bench_name", "step", "rank", "tensor", "reason", "likely_cause")
@@ -28,17 +29,27 @@ def suite_record(item: pytest.Item, report: pytest.TestReport) -> dict[str, Any]
     status = {"passed": "pass", "failed": "fail"}.get(report.outcome, "skip")
     if hasattr(report, "wasxfail"):
         status = "xfail" if report.skipped else "xpass"
-    text = str(report.longreprtext or "").strip() if not report.passed else ""
+    text = _message(report)
+    line = headline(text)
     record: dict[str, Any] = {
         "group": "suites", "name": item.nodeid, "status": status,
-        "reason": next((line.strip() for line in text.splitlines() if line.strip()), ""),
-        "summary": text.splitlines()[-1] if text else "",
-        "inputs": _inputs(item),
+        "reason": line, "summary": line, "inputs": _inputs(item),
     }
     first = _first_divergence(item)
     if first is not None:
         record["first_divergence"] = first
     return record
+
+
+def _message(report: pytest.TestReport) -> str:
+    """The report's message as text: a skip's is its reason, not the tuple pytest keeps
+    ``(path, line, "Skipped: ...")``."""
+    if report.passed:
+        return ""
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ").strip()
+    return str(report.longreprtext or "").strip()
 
 
 def _inputs(item: pytest.Item) -> dict[str, Any]:
