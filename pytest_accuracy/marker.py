@@ -70,8 +70,15 @@ def unknown_keys(keys: Iterable[str]) -> list[str]:
 
 
 def unknown_keys_message(where: str, bad: list[str]) -> str:
-    return (f"{where}: @accuracy got unknown key(s) {', '.join(bad)}; "
-            f"valid keys: {', '.join(sorted(MARKER_KEYS))}")
+    """Each unknown key with the closest valid one, as an unknown --acc-* option is told."""
+    import difflib
+
+    told = []
+    for key in bad:
+        close = difflib.get_close_matches(key, sorted(MARKER_KEYS), n=1, cutoff=0.6)
+        told.append(f"{key} (did you mean {close[0]}?)" if close else key)
+    return (f"{where} got unknown key(s) {', '.join(told)}; valid keys: "
+            f"{', '.join(sorted(MARKER_KEYS))}")
 
 
 def accuracy(*args: Any, **kwargs: Any) -> pytest.MarkDecorator:
@@ -80,5 +87,5 @@ def accuracy(*args: Any, **kwargs: Any) -> pytest.MarkDecorator:
         raise TypeError("accuracy() takes keyword arguments only, e.g. accuracy(mean_rel=0.01)")
     bad = unknown_keys(kwargs)
     if bad:
-        raise TypeError(unknown_keys_message("accuracy()", bad))
+        raise TypeError(unknown_keys_message("@accuracy", bad))
     return pytest.mark.accuracy(**kwargs)

@@ -194,7 +194,7 @@ def pytest_collection_modifyitems(
         for mark in item.iter_markers("accuracy"):
             bad = unknown_keys(mark.kwargs)
             if bad:
-                raise pytest.UsageError(unknown_keys_message(item.nodeid, bad))
+                raise pytest.UsageError(unknown_keys_message(f"{item.nodeid}: @accuracy", bad))
     if _suite_wanted(config):
         from pytest_accuracy.suite import AccuracySuite
 

@@ -103,13 +103,14 @@ def test_unknown_marker_key_fails_at_collection(pytester: pytest.Pytester) -> No
     """)
     result = pytester.runpytest("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*test_x: @accuracy got unknown key(s) mean_rell; valid keys: *"])
+    result.stderr.fnmatch_lines(["*test_x: @accuracy got unknown key(s) mean_rell (did you mean "
+                                 "mean_rel?); valid keys: *"])
 
 
 def test_accuracy_alias_rejects_unknown_keys_immediately() -> None:
     from pytest_accuracy import accuracy
 
-    with pytest.raises(TypeError,
-                       match=r"unknown key\(s\) mean_rell; valid keys: allow_precision, band_f"):
+    with pytest.raises(TypeError, match=r"^@accuracy got unknown key\(s\) mean_rell \(did you "
+                       r"mean mean_rel\?\); valid keys: allow_precision, band_f"):
         accuracy(mean_rell=0.01)
     assert accuracy(mean_rel=0.01).mark.kwargs == {"mean_rel": 0.01}
