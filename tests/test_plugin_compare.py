@@ -263,3 +263,30 @@ def test_error_made_in_undumped_code_names_the_module_around_it(
         "First divergence: Module.layers.1.Block.forward.0 (step 0, rank 0), output.0: relative "
         "error 0.00286 (up to 0.0001 allowed); made by its own code between its recorded "
         "submodules (Module.layers.1.attn.qkv.Linear.forward.0 only carries it). At File *"])
+
+
+def test_waived_nodes_are_listed_with_their_reason_and_a_stale_waiver_is_said(
+        pytester: pytest.Pytester) -> None:
+    """A waiver is a decision a CI log must show: the waived node and its reason, a final
+    sentence that is not "no divergence", and a waiver that matched nothing (stale)."""
+    waivers = pytester.path / "waivers.yaml"
+    waivers.write_text(
+        "- pattern: 'Module.layers.1.n1.*'\n  reason: eps change under review (JIRA-1)\n"
+        "  known_divergence: true\n"
+        "- pattern: 'Module.layers.9.*'\n  reason: a layer this model lost\n"
+        "  known_divergence: true\n")
+    md = pytester.path / "summary.md"
+    result = run(pytester, dump("pt_bug", "L0_tensor"), dump("pt_fp32", "L0_tensor"),
+                 f"--acc-waivers={waivers}", f"--acc-markdown={md}",
+                 "-k", "not local_norm and not gradient_steps")  # gradients: not waivable
+    assert result.ret == 0
+    result.stdout.fnmatch_lines([
+        "Waiver 'Module.layers.9.*' (a layer this model lost) matched no compared node: remove "
+        "it or fix its pattern*",
+        "* waived as known divergences*: Module.layers.1.n1.RMSNorm.forward.0 (step 0, rank 0): "
+        "eps change under review (JIRA-1)*",
+        "No divergence beyond the * waived nodes above: the other * compared nodes meet the "
+        "criteria."])
+    assert "No divergence: all" not in result.stdout.str()
+    text = md.read_text()
+    assert "Waived: Module.layers.1.n1.RMSNorm.forward.0" in text and "JIRA-1" in text

@@ -51,6 +51,14 @@ def markdown_summary(doc: dict[str, Any], failures: list[tuple[str, str]],
             lines += ["", f"Likely cause: {md_text(first['likely_cause'])}"]
         if first.get("stack"):
             lines += ["", f"At: {md_text(first['stack'])}"]
+    nodes = compare.get("nodes") if isinstance(compare, dict) else None
+    waived = [n for n in nodes or () if isinstance(n, dict) and n.get("status") == "waived"
+              and not str(n.get("reason") or "").startswith("carries ")]
+    if waived:  # a decision to waive is shown where the verdict is read
+        lines += ["", "Waived: " + "; ".join(
+            f"{md_text(n.get('npu_name'))} ({md_text(n.get('waiver') or 'no reason given')})"
+            for n in waived[:TOP_FAILURES])
+            + (f"; and {len(waived) - TOP_FAILURES} more" if len(waived) > TOP_FAILURES else "")]
     if failures:
         lines += ["", f"### Failures ({len(failures)})", "", "| test | message |", "|---|---|"]
         lines += [f"| {md_text(node, 200)} | {md_text(message)} |"

@@ -143,6 +143,10 @@ class AccuracyResults:
 
         for group, records in sorted(self.groups.items()):
             lines += group_lines(group, records)
+        state = self.config.stash.get(STATE_KEY, None)
+        criteria = getattr(state, "criteria", None) if self.nodes else None
+        if criteria is not None and criteria.waivers:
+            lines += stale_waivers(criteria.waivers, self.nodes)
         lines += compare_verdict_lines(self.nodes, self.first)
         return [escape_controls(line) for line in lines]  # names come from other machines
 
@@ -297,6 +301,32 @@ def _log_verdict_failure(session: pytest.Session, why: str) -> None:
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def waived_sentence(nodes: list[dict[str, Any]], waived: int) -> str:
+    """The waived nodes by name and waiver reason (the ones waived themselves; those carrying
+    them counted): what a CI log must show of a decision to waive."""
+    own = [n for n in nodes if n["status"] == "waived"
+           and not str(n.get("reason") or "").startswith("carries ")]
+    named = "; ".join(f"{n['npu_name']} (step {n['step']}, rank {n['rank']}): "
+                      f"{n.get('waiver') or 'no reason given'}" for n in own[:3])
+    more = f"; and {len(own) - 3} more" if len(own) > 3 else ""
+    carried = waived - len(own)
+    carry = f", with {carried} that carry them" if carried else ""
+    return (f"{waived} {'node is' if waived == 1 else 'nodes are'} waived as known divergences"
+            f"{carry}: {named}{more}.")
+
+
+def stale_waivers(waivers: Any, nodes: list[dict[str, Any]]) -> list[str]:
+    """A waiver whose pattern matched no compared node: said, since a stale one would hide the
+    next bug at a node it comes to match."""
+    import fnmatch
+
+    # a waiver names a node or an op (a name's dotted part: linear, RMSNorm)
+    names = {part for n in nodes for part in (n["npu_name"], *n["npu_name"].split("."))}
+    return [f"Waiver {w.pattern!r} ({w.reason}) matched no compared node: remove it or fix its "
+            "pattern (a stale waiver hides the next bug there)."
+            for w in waivers if not any(fnmatch.fnmatchcase(name, w.pattern) for name in names)]
+
+
 def settle_nodes(nodes: list[dict[str, Any]], first: dict[str, Any] | None) -> None:
     """Where all records meet: mark the first divergence, and name for each carried node the
     latest node before it that made an error of its own (workers only knew their share); a
@@ -341,8 +371,7 @@ def compare_verdict_lines(nodes: list[dict[str, Any]], first: dict[str, Any] | N
                      "failure's cause (xfailed: the same finding, or the same call's own error in "
                      "a later step; one cause fails once).")
     if count["waived"]:
-        lines.append(f"{count['waived']} {'node is' if count['waived'] == 1 else 'nodes are'} "
-                     "waived as known divergences (with the nodes that carry them).")
+        lines.append(waived_sentence(nodes, count["waived"]))
     rounding = [n for n in nodes if n["status"] == "pass"
                 and str(n.get("reason") or "").startswith(ROUNDING)]
     if rounding:
@@ -365,6 +394,9 @@ def compare_verdict_lines(nodes: list[dict[str, Any]], first: dict[str, Any] | N
         why = str(bad["reason"]).splitlines()[0] if bad["reason"] else "unreadable"
         lines.append(f"Nothing could be compared: {count['error']} of {len(nodes)} nodes could "
                      f"not be read (first: {bad['npu_name']}: {why}).")
+    elif count["pass"] and count["waived"]:  # a waiver is a decision, never "no divergence"
+        lines.append(f"No divergence beyond the {count['waived']} waived nodes above: the other "
+                     f"{count['pass']} compared nodes meet the criteria.")
     elif count["pass"]:
         some = f" ({len(rounding)} by its inputs' rounding, above)" if rounding else ""
         lines.append(f"No divergence: all {count['pass']} compared nodes meet the criteria{some}.")
