@@ -80,7 +80,11 @@ def pytest_configure(config: pytest.Config) -> None:
     _check_outputs(config, setting)
     config.stash[SELECTED_KEY] = _take_node_ids(config)
     if not given and not config.stash[SELECTED_KEY]:
-        return  # nothing to compare, report or write: the suite and its summary stay unloaded
+        # nothing given for the built-in suite: its summary loads only if a user's suite
+        # test (the marker, a fixture) turns up, so that those get the section and the step
+        # summary too
+        config.pluginmanager.register(_SuiteWatch(config), "accuracy-suite-watch")
+        return
     from pytest_accuracy.limits import LimitError, check_limits
 
     try:
@@ -111,6 +115,41 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(ReadAhead(config), "accuracy-readahead")
     config.pluginmanager.register(LightProtocol(config), "accuracy-protocol")
     config.pluginmanager.register(HeapSettings(config), "accuracy-heap")
+
+
+class _SuiteWatch:
+    """Loads the results plugin once a user's @accuracy or fixture test is collected (or, on
+    xdist's controller, once a record of one arrives); a run with none imports nothing."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.results: Any = None
+
+    def _load(self) -> Any:
+        if self.results is None:
+            from pytest_accuracy.suite.summary import AccuracyResults
+
+            self.results = AccuracyResults(self.config)
+            self.config.pluginmanager.register(self.results, "accuracy-results")
+        return self.results
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        if self.results is None and any(_may_be_suite_test(i) for i in items):
+            from pytest_accuracy.suite.suite_records import is_suite_test
+
+            if any(is_suite_test(i) for i in items):
+                self._load()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.results is None and any(n == "accuracy" for n, _ in report.user_properties):
+            self._load().pytest_runtest_logreport(report)  # registered now: this one by hand
+
+
+def _may_be_suite_test(item: pytest.Item) -> bool:
+    names = getattr(item, "fixturenames", ())
+    return item.get_closest_marker("accuracy") is not None or any(
+        n.startswith("acc_") for n in names)
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)

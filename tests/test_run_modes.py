@@ -119,3 +119,33 @@ def test_a_suite_records_reasons_as_text_and_failures_by_their_amount(
     assert tests["test_skipped"]["reason"] == "not on this machine"
     assert tests["test_asserts"]["reason"].startswith("AssertionError: failures left")
     assert tests["test_asserts"]["summary"] == tests["test_asserts"]["reason"]
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+def test_a_suite_only_run_gets_the_section_and_the_step_summary(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, workers: list[str]) -> None:
+    """No --acc-* option at all, only a user's @accuracy test: the accuracy section and
+    $GITHUB_STEP_SUMMARY as the built-in suite gets them."""
+    page = pytester.path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(page))
+    pytester.makepyfile(test_suite=f"""
+        from pytest_accuracy import accuracy
+
+        @accuracy(npu=r"{dump('pt_bug', 'L1_tensor')}", bench=r"{dump('pt_fp32', 'L1_tensor')}")
+        def test_localised(acc_compare):
+            acc_compare.assert_close()
+    """)
+    result = run(pytester, *workers)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*= accuracy =*", "suites: 1 of 1 @accuracy tests failed:*"])
+    text = page.read_text()
+    assert text.startswith("## ❌ pytest-accuracy: FAIL") and "test\\_localised" in text
+
+
+def test_a_plain_test_run_loads_nothing_of_the_suite(pytester: pytest.Pytester,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    pytester.makepyfile(test_plain="def test_x():\n    assert True\n")
+    result = run(pytester)
+    assert result.ret == pytest.ExitCode.OK
+    assert "= accuracy =" not in result.stdout.str()

@@ -199,7 +199,7 @@ class AccuracyResults:
         )
 
         self._in_order()
-        state = self.config.stash[STATE_KEY]
+        state = self.config.stash.get(STATE_KEY, None)  # None: a run of a user's suite only
         summary: dict[str, Any] = {"first_divergence": _public_first(self.first),
                                    "first_nonfinite": self.nonfinite,
                                    "coverage": self.coverage,
@@ -212,7 +212,8 @@ class AccuracyResults:
         doc = build_document(
             verdict=self.verdict(exitstatus),
             inputs=_inputs(self.config),
-            criteria={**({"compare": state.criteria.as_dict()} if sections["compare"] else {}),
+            criteria={**({"compare": state.criteria.as_dict()}
+                         if sections["compare"] and state is not None else {}),
                       **_group_criteria(self.groups)},
             sections=sections,
         )
