@@ -214,15 +214,20 @@ def _take_node_ids(config: pytest.Config) -> list[str]:
 
 
 def _suite_wanted(config: pytest.Config) -> bool:
-    """``auto``: when an input is given on the command line or in the ini file (an ini that
-    names the dumps is a CI directory's, as a command line would be), or a node id is."""
+    """``auto``: when an input is given on the command line, or a generated item's node id
+    is, or an input is given in the ini file (an ini that names the dumps is a CI directory's,
+    as a command line would be) and no test is picked by node id."""
     from pytest_accuracy.settings import setting, typed_setting
 
     mode = typed_setting(config, "suite") or "auto"
     if mode in ("on", "off"):
         return bool(mode == "on")
+    if config.stash[SELECTED_KEY] or any(config.getoption(d, None) for d in INPUT_DESTS):
+        return True
+    # inputs from the ini only: not when the command line picks tests by node id (a suite's
+    # one test selected must not run the built-in items the ini's logs would add)
     return (any(setting(config, dest[4:]) for dest in INPUT_DESTS)
-            or bool(config.stash[SELECTED_KEY]))
+            and not any("::" in str(arg) for arg in config.args))
 
 
 @pytest.hookimpl(tryfirst=True)

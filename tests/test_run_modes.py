@@ -149,3 +149,17 @@ def test_a_plain_test_run_loads_nothing_of_the_suite(pytester: pytest.Pytester,
     result = run(pytester)
     assert result.ret == pytest.ExitCode.OK
     assert "= accuracy =" not in result.stdout.str()
+
+
+def test_picking_one_suite_test_by_node_id_runs_only_it(pytester: pytest.Pytester) -> None:
+    """Logs named in the ini feed the suite's fixtures; picking one suite test by node id
+    used to run the built-in accuracy::loss items too (the same divergence failed twice)."""
+    pytester.makeini(f"[pytest]\nacc_npu_log = {LOGS / 'npu_late_drift.log'}\n"
+                     f"acc_bench_log = {LOGS / 'megatron_bench_a.log'}\n")
+    pytester.makepyfile(test_s="def test_logs(acc_npu_log, acc_bench_logs):\n"
+                               "    assert len(acc_npu_log.frame) > 0\n")
+    one = run(pytester, "test_s.py::test_logs")
+    one.assert_outcomes(passed=1)
+    everything = run(pytester)  # the ini's inputs still run the built-in suite by default
+    assert everything.ret == pytest.ExitCode.TESTS_FAILED
+    everything.stdout.fnmatch_lines(["*accuracy::loss::*"])
