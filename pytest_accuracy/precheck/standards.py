@@ -100,11 +100,13 @@ def measure(
     if d.shape != r.shape and np.squeeze(d).shape == np.squeeze(r).shape:
         d, r = np.squeeze(d), np.squeeze(r)
     base = tensor_metrics(d, r)
+    finite = r[np.isfinite(r)] if r.size else r
     out: dict[str, float | None] = {
         "cosine": base.cosine,
         "max_abs_err": base.max_abs_err,
         "max_rel_err": base.max_rel_err,
         "rel_l2_err": base.rel_l2_err,
+        "ref_abs_max": float(np.max(np.abs(finite))) if finite.size else None,
     }
     if d.shape != r.shape or d.size == 0:
         return out
@@ -207,9 +209,15 @@ class DefaultStandard(Standard):
         cosine, max_abs = _num(m.get("cosine")), _num(m.get("max_abs_err"))
         problems = []
         if not cosine > DEFAULT_MIN_COSINE:
-            problems.append(f"cosine {cosine:.6f} <= {DEFAULT_MIN_COSINE}")
+            problems.append(f"cosine {cosine:.6f} (more than {DEFAULT_MIN_COSINE} required)")
         if not max_abs < DEFAULT_MAX_ABS:
-            problems.append(f"max abs error {max_abs:.3e} >= {DEFAULT_MAX_ABS:g}")
+            problems.append(f"max abs error {max_abs:.3e} (under {DEFAULT_MAX_ABS:g} allowed)")
+        if problems:  # the amounts a person needs to judge it, and the standard by dtype
+            rel, size = _num(m.get("rel_l2_err")), _num(m.get("ref_abs_max"))
+            problems.append(
+                f"relative L2 error {rel:.3g}, cosine {cosine:.6f}, largest |reference| "
+                f"{size:.4g}: the default standard's bound is absolute; --acc-standard=dtype "
+                f"judges by {dtype}'s relative tolerance (rtol {rule_for(dtype).rtol:.3g})")
         return Judgement(not problems, "; ".join(problems), m)
 
 
