@@ -157,6 +157,7 @@ class _Aligner:
         self.used: set[str] = set()
         self.other_code = False  # two codebases: paths, depths and names are no evidence
         self.earlier: AlignmentResult | None = None  # an earlier step of the same runs
+        self._last_forward: list[Call | None] | None = None  # each run's last forward API
 
     def run(self) -> AlignmentResult:
         mods_a = _calls(self.npu, "module", "forward")
@@ -439,9 +440,11 @@ class _Aligner:
         """Each run's last forward call, one number of one size up to its sign: the loss,
         however each codebase reaches it (over the real positions only, or over all with an
         ignore index: then the first calls read other values)."""
-        last = [next((c for c in reversed(d.calls) if c.kind == "api"
-                      and c.direction == "forward"), None) for d in (self.npu, self.bench)]
-        if last != [mine, theirs]:
+        if self._last_forward is None:  # asked once per region: found once per run
+            self._last_forward = [next((c for c in reversed(d.calls) if c.kind == "api"
+                                        and c.direction == "forward"), None)
+                                  for d in (self.npu, self.bench)]
+        if self._last_forward[0] is not mine or self._last_forward[1] is not theirs:
             return False
         ra, rb = leading(mine), leading(theirs)
         fa = fingerprint(ra) if ra is not None else None
