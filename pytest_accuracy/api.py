@@ -35,7 +35,9 @@ class CompareReport:
 
     @cached_property
     def table(self) -> pd.DataFrame:
-        """One row per compared tensor, msprobe's column names, numbers as numbers."""
+        """One row per compared tensor, msprobe's column names, numbers as numbers: every
+        node's inputs too (``compare_result.csv`` holds the inputs a run compared: the first
+        divergent node's, or all of them with ``--acc-inputs=all``)."""
         return pd.DataFrame([tensor_row(r, t) for r in self.results for t in r.inputs + r.outputs])
 
     @cached_property

@@ -163,3 +163,26 @@ def test_picking_one_suite_test_by_node_id_runs_only_it(pytester: pytest.Pyteste
     everything = run(pytester)  # the ini's inputs still run the built-in suite by default
     assert everything.ret == pytest.ExitCode.TESTS_FAILED
     everything.stdout.fnmatch_lines(["*accuracy::loss::*"])
+
+
+def test_the_fixture_table_is_the_report_csv_with_every_input(pytester: pytest.Pytester) -> None:
+    """What the README says of `.table` against compare_result.csv, row for row."""
+    import csv
+
+    npu, bench = dump("pt_bug", "L1_tensor"), dump("pt_fp32", "L1_tensor")
+    pytester.makepyfile(test_t=f"""
+        from pytest_accuracy import accuracy
+
+        @accuracy(npu=r"{npu}", bench=r"{bench}")
+        def test_t(acc_compare):
+            acc_compare.table.to_csv("table.csv", index=False)
+    """)
+    pytester.runpytest("-p", "no:cacheprovider", "test_t.py")
+    table = list(csv.DictReader((pytester.path / "table.csv").open()))
+    counts = {}
+    for mode in ("", "--acc-inputs=all"):
+        run(pytester, f"--acc-npu={npu}", f"--acc-bench={bench}", "--acc-report=rep",
+            *([mode] if mode else []))
+        rows = list(csv.DictReader((pytester.path / "rep" / "compare_result.csv").open()))
+        counts[mode] = len(rows)
+    assert (len(table), counts[""], counts["--acc-inputs=all"]) == (590, 519, 590)
