@@ -91,6 +91,8 @@ OPTIONS: tuple[Option, ...] = (
            ("auto", "always", "name")),
     Option("suite", "choice", "built-in suite: auto (when inputs are given on the command line "
            "or in the ini file), on, off", ("auto", "on", "off")),
+    Option("strict-waivers", "flag", "a waiver that matched no compared node fails the run "
+           "(default: said in the accuracy section)"),
     Option("missing-input", "choice", "a suite test whose fixture's input is given nowhere: "
            "error (default: a CI job that lost its paths must not pass), or skip",
            ("error", "skip")),

@@ -290,3 +290,9 @@ def test_waived_nodes_are_listed_with_their_reason_and_a_stale_waiver_is_said(
     assert "No divergence: all" not in result.stdout.str()
     text = md.read_text()
     assert "Waived: Module.layers.1.n1.RMSNorm.forward.0" in text and "JIRA-1" in text
+    strict = run(pytester, dump("pt_bug", "L0_tensor"), dump("pt_fp32", "L0_tensor"),
+                 f"--acc-waivers={waivers}", "--acc-strict-waivers",
+                 "-k", "not local_norm and not gradient_steps")
+    assert strict.ret == pytest.ExitCode.TESTS_FAILED  # a strict CI: the stale waiver fails
+    strict.stdout.fnmatch_lines(["*--acc-strict-waivers: Waiver 'Module.layers.9.*' (a layer "
+                                 "this model lost) matched no compared node*"])

@@ -15,6 +15,7 @@ import pytest
 # outputs are made: an xdist controller makes neither before it has started its workers.
 from pytest_accuracy.compare.diagnose import ROUNDING
 from pytest_accuracy.safe_io import ensure_dir
+from pytest_accuracy.settings import typed_setting
 from pytest_accuracy.suite import NATIVE_KEY, RECORD_KEY
 from pytest_accuracy.suite.state import STATE_KEY
 from pytest_accuracy.text import escape_controls
@@ -163,6 +164,10 @@ class AccuracyResults:
         why = run_failure(self.nodes) if session.exitstatus == 0 else None
         if why is None and session.exitstatus == 0 and not self.nodes:
             why = groups_unchecked(self.groups)
+        if why is None and session.exitstatus == 0 and typed_setting(config, "strict_waivers"):
+            state = config.stash.get(STATE_KEY, None)
+            stale = stale_waivers(state.criteria.waivers, self.nodes) if state else []
+            why = f"--acc-strict-waivers: {stale[0]}" if stale else None
         if why is not None:
             # carried nodes are xfailed and skipped ones are not checked: the run still fails,
             # as one failed report that the terminal, JUnit and the exit code all count
