@@ -131,14 +131,29 @@ def test_npy_header_of_50_mb(tmp_path: Path) -> None:
     assert "header of 50000000 bytes, over the limit 65536" in str(out["outcome"])
 
 
-def test_precheck_full_of_20000_squared(tmp_path: Path) -> None:
+def _full_record(side: int, as_keywords: bool) -> dict[str, object]:
+    """A ``torch.full`` record of side x side float32 ones, its size given positionally or as
+    the ``size=`` keyword."""
+    size = [{"type": "int", "value": side}] * 2
+    fill = {"type": "float", "value": 1.0}
+    big = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [side, side],
+           "Max": 1.0, "Min": 1.0, "Mean": 1.0, "Norm": float(side), "requires_grad": False}
+    if as_keywords:
+        return {"input_args": [], "input_kwargs": {"size": size, "fill_value": fill},
+                "output": [big]}
+    return {"input_args": [size, fill], "input_kwargs": {}, "output": [big]}
+
+
+@pytest.mark.parametrize(("side", "as_keywords", "needs"), [
+    (20000, False, 12_800_000_000),
+    (40000, True, 51_200_000_000),  # the issue's form: size=(40000, 40000) as a keyword
+])
+def test_precheck_full_of_a_huge_size_skips_with_the_budget(
+        tmp_path: Path, side: int, as_keywords: bool, needs: int) -> None:
+    """No allocation until the address-space cap: the replay is skipped by its estimate."""
     rank = tmp_path / "d" / "step0" / "rank0"
     rank.mkdir(parents=True)
-    big = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [20000, 20000],
-           "Max": 1.0, "Min": 1.0, "Mean": 1.0, "Norm": 20000.0, "requires_grad": False}
-    data = {"Torch.full.0.forward": {
-        "input_args": [[{"type": "int", "value": 20000}] * 2, {"type": "float", "value": 1.0}],
-        "input_kwargs": {}, "output": [big]}}
+    data = {"Torch.full.0.forward": _full_record(side, as_keywords)}
     (rank / "dump.json").write_text(json.dumps({"task": "statistics", "level": "L1",
                                                 "framework": "pytorch", "data": data}))
     code = """
@@ -149,31 +164,7 @@ def test_precheck_full_of_20000_squared(tmp_path: Path) -> None:
     done(f"{result.status}: {result.reason}")
     """
     out = _measure(code, tmp_path)
-    assert str(out["outcome"]).startswith("skip: replay needs about 12800000000 bytes")
-
-
-def test_precheck_full_of_40000_squared_given_as_keywords(tmp_path: Path) -> None:
-    """The issue's form: ``size=(40000, 40000)`` as a keyword skips with the budget (no
-    allocation until the address-space cap)."""
-    rank = tmp_path / "d" / "step0" / "rank0"
-    rank.mkdir(parents=True)
-    big = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [40000, 40000],
-           "Max": 1.0, "Min": 1.0, "Mean": 1.0, "Norm": 40000.0, "requires_grad": False}
-    data = {"Torch.full.0.forward": {
-        "input_args": [], "output": [big],
-        "input_kwargs": {"size": [{"type": "int", "value": 40000}] * 2,
-                         "fill_value": {"type": "float", "value": 1.0}}}}
-    (rank / "dump.json").write_text(json.dumps({"task": "statistics", "level": "L1",
-                                                "framework": "pytorch", "data": data}))
-    code = """
-    from pytest_accuracy.dumps.layout import load_dumps
-    from pytest_accuracy.precheck.runner import plan, run_case
-    [case] = plan(load_dumps(Path(sys.argv[0]).parent / "d"))
-    result = run_case(case)
-    done(f"{result.status}: {result.reason}")
-    """
-    out = _measure(code, tmp_path)
-    assert str(out["outcome"]).startswith("skip: replay needs about 51200000000 bytes")
+    assert str(out["outcome"]).startswith(f"skip: replay needs about {needs} bytes")
 
 
 def test_billion_laughs_waivers(tmp_path: Path) -> None:
