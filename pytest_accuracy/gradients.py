@@ -19,7 +19,9 @@ from pytest_accuracy.compare.judge import another_layout
 from pytest_accuracy.compare.metrics import tensor_metrics
 from pytest_accuracy.dumps.model import Dump, DumpSet, TensorRecord
 from pytest_accuracy.errors import AccuracyInputError
-from pytest_accuracy.pairing.naming import Pairing, load_yaml, module_scope
+from pytest_accuracy.pairing.base import Pairing
+from pytest_accuracy.pairing.mapfiles import load_yaml
+from pytest_accuracy.pairing.naming import module_scope
 
 # ---------------------------------------------------------------- parameter-name conventions
 

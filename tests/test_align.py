@@ -15,16 +15,15 @@ from pytest_accuracy.dumps.layout import load_dumps
 from pytest_accuracy.dumps.model import Call, Dump, TensorRecord
 from pytest_accuracy.pairing.align import AlignmentResult, auto_align, auto_pairing
 from pytest_accuracy.pairing.backward import incomparable_backward
-from pytest_accuracy.pairing.mapping_yaml import load_mapping_yaml, read_mapping_yaml
-from pytest_accuracy.pairing.msprobe_mapping import (
+from pytest_accuracy.pairing.base import Pairing
+from pytest_accuracy.pairing.mapfiles import load_mapping_yaml
+from pytest_accuracy.pairing.mapping_yaml import read_mapping_yaml
+from pytest_accuracy.pairing.naming import (
+    api_mapping_pairing,
     cell_mapping_pairing,
+    combine_pairings,
     layer_mapping_pairing,
     pairing_from_file,
-)
-from pytest_accuracy.pairing.naming import (
-    Pairing,
-    api_mapping_pairing,
-    combine_pairings,
 )
 from tests.helpers import ROOT, dump
 

@@ -242,7 +242,7 @@ def test_mindformers_primitives_are_the_pytorch_apis_they_compute(primitive: str
     """MindFormers calls ops primitives (self.square = P.Square()): each is the PyTorch API
     it computes, by name or as a known alternative, for alignment's op evidence."""
     from pytest_accuracy.pairing.align import _same_op
-    from pytest_accuracy.pairing.naming import load_api_map
+    from pytest_accuracy.pairing.mapfiles import load_api_map
 
     amap = load_api_map()
     assert amap.to_pt(primitive) == pt
@@ -255,7 +255,7 @@ def test_mindformers_primitives_are_the_pytorch_apis_they_compute(primitive: str
 
 def test_a_pass_through_primitive_is_cheap_to_leave_out() -> None:
     """A Cast or Reshape only MindSpore records is a call msprobe-PyTorch never dumps."""
-    from pytest_accuracy.pairing.naming import load_api_map
+    from pytest_accuracy.pairing.mapfiles import load_api_map
 
     amap = load_api_map()
     for primitive in ("Primitive.cast.Cast", "Primitive.reshape.Reshape",

@@ -20,7 +20,7 @@ from pytest_accuracy.gradients import (
     param_grads,
 )
 from pytest_accuracy.pairing.align import auto_align
-from pytest_accuracy.pairing.msprobe_mapping import cell_mapping_pairing
+from pytest_accuracy.pairing.naming import cell_mapping_pairing
 from tests.helpers import ROOT, dump
 
 CopyDump = Callable[[str, str], Path]

@@ -22,8 +22,8 @@ _READERS = {
     "dump": "from pytest_accuracy.dumps.layout import load_dumps as read",
     "log": "from pytest_accuracy.logs import read_log as read",
     "config": "from pytest_accuracy.configs.readers import read_config as read",
-    "mapping": "from pytest_accuracy.pairing.mapping_yaml import load_mapping_yaml as read",
-    "cell_mapping": "from pytest_accuracy.pairing.msprobe_mapping import cell_mapping_pairing "
+    "mapping": "from pytest_accuracy.pairing.mapfiles import load_mapping_yaml as read",
+    "cell_mapping": "from pytest_accuracy.pairing.naming import cell_mapping_pairing "
                     "as read",
     "part": "from pytest_accuracy.report.merge import load_part as read",
     "tensor": "from pytest_accuracy.dumps.tensors import load_array as read",
@@ -99,7 +99,7 @@ def test_cell_mapping_whose_renames_grow_is_bounded(tmp_path: Path) -> None:
     (tmp_path / "m.yaml").write_text(rules + "\n")
     code = f"""
 from pytest_accuracy.dumps.layout import load_dumps
-from pytest_accuracy.pairing.msprobe_mapping import cell_mapping_pairing
+from pytest_accuracy.pairing.naming import cell_mapping_pairing
 npu = next(iter(load_dumps(Path({str(dump("pt_bug", "mix_statistics"))!r})).dumps.values()))
 try:
     pairs = cell_mapping_pairing(here / "m.yaml")(npu, npu)

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from pytest_accuracy.pairing.mapping_yaml import load_mapping_yaml, write_mapping_yaml
+from pytest_accuracy.pairing.mapfiles import load_mapping_yaml
+from pytest_accuracy.pairing.mapping_yaml import write_mapping_yaml
 from pytest_accuracy.report.cells import csv_cell
 from pytest_accuracy.report.document import write_compare_csv, write_html, write_json
 from pytest_accuracy.report.merge import merge_files

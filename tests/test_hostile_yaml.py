@@ -9,7 +9,7 @@ import pytest
 from pytest_accuracy.compare.criteria import load_waivers
 from pytest_accuracy.configs.readers import read_config
 from pytest_accuracy.errors import AccuracyInputError
-from pytest_accuracy.pairing.mapping_yaml import load_mapping_yaml
+from pytest_accuracy.pairing.mapfiles import load_mapping_yaml
 from pytest_accuracy.safe_yaml import safe_load
 
 LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(

@@ -9,28 +9,26 @@ import pytest
 from pytest_accuracy.dumps.layout import load_dumps
 from pytest_accuracy.dumps.model import Call, Dump
 from pytest_accuracy.errors import AccuracyInputError
-from pytest_accuracy.pairing.mapping_yaml import (
+from pytest_accuracy.pairing import naming
+from pytest_accuracy.pairing.mapfiles import (
+    MAPPING_FORMAT,
+    load_api_map,
     load_mapping_yaml,
-    read_mapping_yaml,
-    write_mapping_yaml,
-)
-from pytest_accuracy.pairing.msprobe_mapping import (
-    cell_mapping_pairing,
-    data_mapping_pairing,
-    layer_mapping_pairing,
     node_of_row,
-    pairing_from_file,
+    read_api_mapping,
     read_data_mapping,
     read_layer_mapping,
 )
+from pytest_accuracy.pairing.mapping_yaml import read_mapping_yaml, write_mapping_yaml
 from pytest_accuracy.pairing.naming import (
-    MAPPING_FORMAT,
     api_mapping_pairing,
+    cell_mapping_pairing,
     combine_pairings,
     complete_backward,
+    data_mapping_pairing,
     fixed_pairing,
-    load_api_map,
-    read_api_mapping,
+    layer_mapping_pairing,
+    pairing_from_file,
 )
 from tests.helpers import ROOT, dump
 
@@ -298,6 +296,44 @@ def test_combine_pairings_first_wins_and_bench_nodes_are_used_once() -> None:
 def test_pairing_from_file_recognises_each_format(name: str, level: str, count: int) -> None:
     ms, pt = pair(level)
     assert len(pairing_from_file(MAPPINGS / name)(ms, pt)) == count
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("api_mapping.yaml", "api"),
+        ("cell_mapping.yaml", "cell"),
+        ("layer_mapping.yaml", "layer"),
+        ("data_mapping.yaml", "data"),
+    ],
+)
+def test_a_mapping_file_is_read_once_into_one_form(
+    name: str, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The house: one reader recognises the file and checks it; the pairing takes its form."""
+    from pytest_accuracy.pairing import mapfiles
+
+    reads: list[str] = []
+    real = mapfiles.load_yaml
+    monkeypatch.setattr(mapfiles, "load_yaml", lambda p, w: reads.append(str(p)) or real(p, w))
+    file = mapfiles.read_mapping_file(MAPPINGS / name)
+    ms, pt = pair("L1_tensor")
+    naming.pairing_of(file)(ms, pt)
+    assert file.kind == kind
+    assert reads == [str(MAPPINGS / name)]
+    held = {"api": file.api_map, "layer": file.layers, "cell": file.names, "data": file.names}
+    assert held[kind]
+
+
+def test_our_mapping_file_recognised_by_its_pairs(tmp_path: Path) -> None:
+    from pytest_accuracy.pairing.mapfiles import read_mapping_file
+
+    path = tmp_path / "m.yaml"
+    path.write_text(f"format: {MAPPING_FORMAT}\npairs:\n  a: b\n  c: null\n")
+    assert read_mapping_file(path).names == {"a": "b"}
+    path.write_text("pairs: {a: x, b: x}\n")
+    with pytest.raises(AccuracyInputError, match="used twice"):
+        read_mapping_file(path)
 
 
 # ---------------------------------------------------------------- our mapping yaml

@@ -124,7 +124,8 @@ def same_op(npu: Call, bench: Call) -> bool:
     order (``x + eps`` is ``Tensor.__add__`` on both sides, eps its ``input.1``)."""
     if npu.kind != "api" or bench.kind != "api":
         return False
-    from pytest_accuracy.pairing.naming import api_name, load_api_map
+    from pytest_accuracy.pairing.mapfiles import load_api_map
+    from pytest_accuracy.pairing.naming import api_name
 
     amap = load_api_map()
     mine = amap.ms_key(api_name(npu))
@@ -138,7 +139,8 @@ def op_finding(npu: Call, bench: Call, same_framework: bool) -> Finding | None:
     """Another operation at the same place (an aligned pair of different ops: gelu for silu)."""
     if npu.kind != "api" or bench.kind != "api":
         return None
-    from pytest_accuracy.pairing.naming import api_name, load_api_map
+    from pytest_accuracy.pairing.mapfiles import load_api_map
+    from pytest_accuracy.pairing.naming import api_name
 
     amap = load_api_map()
     mine, theirs = amap.ms_key(api_name(npu)), api_name(bench)

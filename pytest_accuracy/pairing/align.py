@@ -42,7 +42,7 @@ from pytest_accuracy.pairing.anchors import (
     width,
 )
 from pytest_accuracy.pairing.backward import incomparable_backward
-from pytest_accuracy.pairing.base import PairMap
+from pytest_accuracy.pairing.base import Pairing, PairMap
 from pytest_accuracy.pairing.dp import (
     API_TERMS,
     MODULE_TERMS,
@@ -54,15 +54,8 @@ from pytest_accuracy.pairing.dp import (
     needleman_wunsch,
 )
 from pytest_accuracy.pairing.features import by_path, call_stats, depths, rec_key, sig
-from pytest_accuracy.pairing.naming import (
-    ApiMap,
-    Pairing,
-    api_name,
-    canonical_api,
-    fixed_pairing,
-    load_api_map,
-    module_scope,
-)
+from pytest_accuracy.pairing.mapfiles import ApiMap, load_api_map
+from pytest_accuracy.pairing.naming import api_name, canonical_api, fixed_pairing, module_scope
 
 DEFAULT_MIN_CONFIDENCE = 0.5
 _CHEAP_GAP = 0.1  # leaving out a call the other framework's dumper never records

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from pytest_accuracy.dumps.model import Call, Dump
-from pytest_accuracy.pairing.naming import ApiMap, api_name, load_api_map
+from pytest_accuracy.pairing.mapfiles import ApiMap, load_api_map
+from pytest_accuracy.pairing.naming import api_name
 
 
 def incomparable_backward(

@@ -1,15 +1,14 @@
-"""Our editable mapping yaml (pytest-accuracy-mapping/1): written from an alignment, read back."""
+"""Our editable mapping yaml (pytest-accuracy-mapping/1) written from an alignment."""
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.pairing.base import Pairing
-from pytest_accuracy.pairing.naming import MAPPING_FORMAT, fixed_pairing, load_yaml
+from pytest_accuracy.pairing.mapfiles import MAPPING_FORMAT, load_mapping_yaml
+from pytest_accuracy.pairing.naming import fixed_pairing
 
 
 def write_mapping_yaml(
@@ -59,25 +58,6 @@ def _comment(text: str) -> str:
 
 
 _NO_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)}
-
-
-def load_mapping_yaml(path: str | Path) -> dict[str, str]:
-    """The pairs of one of our mapping files (``null`` entries dropped)."""
-    doc = load_yaml(path, "mapping")
-    if not isinstance(doc, dict) or not isinstance(doc.get("pairs"), dict):
-        raise AccuracyInputError(path, f"not a {MAPPING_FORMAT} file: no 'pairs' mapping")
-    if doc.get("format", MAPPING_FORMAT) != MAPPING_FORMAT:
-        raise AccuracyInputError(path, f"unsupported format {doc.get('format')!r}")
-    pairs: dict[str, str] = {}
-    for name, other in doc["pairs"].items():
-        if not isinstance(name, str) or not (other is None or isinstance(other, str)):
-            raise AccuracyInputError(path, f"pair {name!r}: {other!r} is not node name: node name")
-        if other is not None:
-            pairs[name] = other
-    duplicated = [v for v, n in Counter(pairs.values()).items() if n > 1]
-    if duplicated:
-        raise AccuracyInputError(path, f"bench node(s) used twice: {', '.join(duplicated[:3])}")
-    return pairs
 
 
 def read_mapping_yaml(path: str | Path) -> Pairing:

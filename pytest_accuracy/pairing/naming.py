@@ -1,74 +1,28 @@
-"""Cross-framework node names: the MS->PT API map, msprobe's mapping files and our mapping yaml."""
+"""Pairings by names: the API map's names, msprobe's mapping files and ours, call order."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from functools import cache
-from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from pytest_accuracy.dumps.model import Call, Dump
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.limits import limit, over
 from pytest_accuracy.pairing.base import Pairing
+from pytest_accuracy.pairing.mapfiles import (
+    ApiMap,
+    MappingFile,
+    load_api_map,
+    node_of_row,
+    read_api_mapping,
+    read_cell_mapping,
+    read_data_mapping,
+    read_layer_mapping,
+    read_mapping_file,
+)
 
-MAPPING_FORMAT = "pytest-accuracy-mapping/1"
 _MODULE_KINDS = ("module", "params_grad")
-
-
-@dataclass(frozen=True)
-class ArgMap:
-    """One entry of a user msprobe ``-am`` yaml: which MS args/outputs match which PT ones."""
-
-    ms_api: str
-    pt_api: str
-    ms_args: tuple[int, ...] = ()
-    pt_args: tuple[int, ...] = ()
-    ms_outputs: tuple[int, ...] = ()
-    pt_outputs: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class ApiMap:
-    """MindSpore API names ("Mint.rsqrt") -> PyTorch API names ("Torch.rsqrt"), plus API facts."""
-
-    prefix_rules: Mapping[str, str] = field(default_factory=dict)
-    apis: Mapping[str, str] = field(default_factory=dict)
-    alternatives: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    op_aliases: Mapping[str, str] = field(default_factory=dict)
-    pt_low_risk: frozenset[str] = frozenset()
-    pt_composite_backward: frozenset[str] = frozenset()
-    leading_output: frozenset[str] = frozenset()  # fused ops: outputs past the first are aux
-    arg_maps: Mapping[str, ArgMap] = field(default_factory=dict)
-
-    def to_pt(self, api: str) -> str:
-        """The PyTorch name of a MindSpore API; unknown names are kept (Tensor.* mostly agree)."""
-        api = self.ms_key(api)
-        if api in self.apis:
-            return self.apis[api]
-        prefix, _, rest = api.partition(".")
-        return f"{self.prefix_rules[prefix]}.{rest}" if prefix in self.prefix_rules else api
-
-    @staticmethod
-    def ms_key(api: str) -> str:
-        """The name the map knows an MS API by: ``Primitive.<attribute>.<Class>`` by its class."""
-        prefix, _, rest = api.partition(".")
-        return f"Primitive.{rest.rpartition('.')[2]}" if prefix == "Primitive" else api
-
-    def base_op(self, api: str) -> str:
-        """Prefix-free, alias-normalised op ("Tensor.__add__" -> "add") for fuzzy op equality."""
-        op = api.partition(".")[2] or api
-        return self.op_aliases.get(op, op)
-
-    def is_low_risk(self, pt_api: str) -> bool:
-        """True for APIs PyTorch's msprobe skips at risk_level FOCUS (MindSpore dumps them)."""
-        return pt_api.partition(".")[2] in self.pt_low_risk
-
-    def is_composite_backward(self, pt_api: str) -> bool:
-        return pt_api in self.pt_composite_backward
 
 
 def api_name(call: Call) -> str:
@@ -93,131 +47,6 @@ def canonical_api(call: Call, npu_framework: str, bench_framework: str, amap: Ap
     if npu_framework == "mindspore" and bench_framework != "mindspore":
         return amap.to_pt(name)
     return name
-
-
-# --------------------------------------------------------------------------- API map files
-
-
-def load_yaml(path: str | Path, what: str) -> Any:
-    import yaml
-
-    from pytest_accuracy.safe_io import read_input_text
-    from pytest_accuracy.safe_yaml import safe_load
-
-    file = Path(path)
-    try:
-        return safe_load(read_input_text(file), file)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AccuracyInputError(file, f"cannot read {what}: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise AccuracyInputError(file, f"{what} is not valid YAML: {exc}") from exc
-
-
-def str_map(value: Any, where: str | Path, what: str) -> dict[str, str]:
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        raise AccuracyInputError(where, f"{what} must map names to names (name: other_name)")
-    if len(value) > limit("mapping_rules"):  # every rule is tried on every node name
-        raise AccuracyInputError(where, f"{what}: {over('mapping_rules', len(value))}")
-    return dict(value)
-
-
-def _api_map_from_sections(doc: dict[str, Any], where: str | Path) -> ApiMap:
-    def names(key: str) -> frozenset[str]:
-        value = doc.get(key) or []
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise AccuracyInputError(where, f"'{key}' must be a list of API names")
-        return frozenset(value)
-
-    alts = doc.get("alternatives") or {}
-    if not isinstance(alts, dict) or not all(isinstance(v, list) for v in alts.values()):
-        raise AccuracyInputError(where, "'alternatives' must map an API to a list of APIs")
-    return ApiMap(
-        prefix_rules=str_map(doc.get("prefix_rules") or {}, where, "'prefix_rules'"),
-        apis=str_map(doc.get("apis") or {}, where, "'apis'"),
-        alternatives={str(k): tuple(str(x) for x in v) for k, v in alts.items()},
-        op_aliases=str_map(doc.get("op_aliases") or {}, where, "'op_aliases'"),
-        pt_low_risk=names("pt_low_risk"),
-        pt_composite_backward=names("pt_composite_backward"),
-        leading_output=names("leading_output"),
-    )
-
-
-@cache
-def load_api_map() -> ApiMap:
-    """The built-in MS->PT API map (``pytest_accuracy/data/ms_to_pt_api.yaml``)."""
-    data = resources.files("pytest_accuracy") / "data" / "ms_to_pt_api.yaml"
-    import yaml
-
-    # Plain safe_load: the C loader breaks when pytest's pytester restores sys.modules
-    # between in-process runs ("could not determine a constructor for the tag None").
-    doc = yaml.safe_load(data.read_text(encoding="utf-8"))
-    return _api_map_from_sections(doc, str(data))
-
-
-def _index_list(
-    entry: dict[str, Any], keys: tuple[str, ...], where: Path, i: int
-) -> tuple[int, ...]:
-    for key in keys:
-        if key in entry:
-            value = entry[key]
-            if not isinstance(value, list) or not all(isinstance(v, int) for v in value):
-                raise AccuracyInputError(where, f"entry #{i + 1}: '{key}' must be a list of ints")
-            return tuple(value)
-    return ()
-
-
-def _arg_maps(doc: list[Any], where: Path) -> dict[str, ArgMap]:
-    out = {}
-    for i, entry in enumerate(doc):
-        if not isinstance(entry, dict) or not isinstance(entry.get("ms_api"), str):
-            raise AccuracyInputError(where, f"entry #{i + 1} needs 'ms_api' and 'pt_api' names")
-        if not isinstance(entry.get("pt_api"), str):
-            raise AccuracyInputError(where, f"entry #{i + 1} needs 'ms_api' and 'pt_api' names")
-        am = ArgMap(
-            entry["ms_api"],
-            entry["pt_api"],
-            _index_list(entry, ("ms_args",), where, i),
-            _index_list(entry, ("pt_args",), where, i),
-            _index_list(entry, ("ms_outputs", "ms_output"), where, i),
-            _index_list(entry, ("pt_outputs", "pt_output"), where, i),
-        )
-        if len(am.ms_args) != len(am.pt_args) or len(am.ms_outputs) != len(am.pt_outputs):
-            raise AccuracyInputError(
-                where, f"entry #{i + 1} ({am.ms_api}): ms_/pt_ index lists differ in length"
-            )
-        out[am.ms_api] = am
-    return out
-
-
-def read_api_mapping(path: str | Path) -> ApiMap:
-    """A user API map merged over the built-in one.
-
-    Accepts msprobe's ``-am`` list (``- {ms_api, pt_api, ms_args, pt_args, ms_outputs,
-    pt_outputs}``), msprobe's internal ``{ms_api: pt_api}`` dict, or our sectioned format.
-    """
-    where = Path(path)
-    doc = load_yaml(where, "API mapping")
-    base = load_api_map()
-    if isinstance(doc, list):
-        arg_maps = _arg_maps(doc, where)
-        apis = {**base.apis, **{k: v.pt_api for k, v in arg_maps.items()}}
-        return replace(base, apis=apis, arg_maps={**base.arg_maps, **arg_maps})
-    if isinstance(doc, dict) and ("apis" in doc or "prefix_rules" in doc):
-        extra = _api_map_from_sections(doc, where)
-        return replace(
-            base,
-            prefix_rules={**base.prefix_rules, **extra.prefix_rules},
-            apis={**base.apis, **extra.apis},
-            alternatives={**base.alternatives, **extra.alternatives},
-            op_aliases={**base.op_aliases, **extra.op_aliases},
-            pt_low_risk=base.pt_low_risk | extra.pt_low_risk,
-            pt_composite_backward=base.pt_composite_backward | extra.pt_composite_backward,
-        )
-    if isinstance(doc, dict):
-        return replace(base, apis={**base.apis, **str_map(doc, where, "an API mapping")})
-    raise AccuracyInputError(where, "an API mapping must be a list of {ms_api, pt_api} or a dict")
 
 
 # --------------------------------------------------------------------------- pairing helpers
@@ -358,3 +187,184 @@ def fixed_pairing(pairs: Mapping[str, str]) -> Pairing:
         return {k: v for k, v in frozen.items() if npu.get(k) and bench.get(v)}
 
     return pairing
+
+
+# -------------------------------------------------------------------- msprobe's mapping files
+
+
+def cell_mapping_pairing(
+    mapping: str | Path | Mapping[str, str] | None = None, *, source: str | Path | None = None
+) -> Pairing:
+    """msprobe ``-cm``: ``Cell`` -> ``Module`` and ``{ms_path}.{MSClass}: {pt_path}.{PTClass}``.
+
+    The middle part of a cell name is looked up exactly, else every yaml key is replaced once
+    (as a substring) in file order, as msprobe does. Module backward and parameters_grad nodes
+    keep their own counters, so the renamed node is the counterpart.
+    """
+    if mapping is None:
+        table: dict[str, str] = {}
+    elif isinstance(mapping, Mapping):
+        table = dict(mapping)
+    else:
+        table = read_cell_mapping(mapping)
+    renamed: dict[str, str] = {}  # names repeat every step and rank: rename each once
+
+    def rename(call: Call) -> str:
+        scope = module_scope(call)
+        middle = f"{scope}.{call.op}" if scope else call.op
+        new = table.get(middle)
+        if new is None:
+            new = renamed.get(middle)
+        if new is None:
+            new = renamed[middle] = _replace_in_order(middle, table, source or mapping)
+        prefix = "Module" if call.prefix == "Cell" else call.prefix
+        return f"{prefix}.{new}{call.name[len(call.prefix) + 1 + len(middle) :]}"
+
+    def pairing(npu: Dump, bench: Dump) -> dict[str, str]:
+        pairs = {}
+        for call in npu.calls:
+            if call.kind in _MODULE_KINDS and bench.get(target := rename(call)) is not None:
+                pairs[call.name] = target
+        return pairs
+
+    return pairing
+
+
+def _replace_in_order(name: str, table: Mapping[str, str], source: object) -> str:
+    """Each key of ``table`` replaced once, in order, as msprobe does; the name's growth is
+    bounded (chained rules whose values hold their keys grow it with every rule)."""
+    cap = limit("mapping_name_chars")
+    for key, value in table.items():
+        name = name.replace(key, value, 1)
+        if len(name) > cap:
+            where = source if isinstance(source, (str, Path)) else "cell mapping"
+            raise AccuracyInputError(where, f"renaming a node by the cell mapping: a name of "
+                                            f"{over('mapping_name_chars', len(name))}")
+    return name
+
+
+def data_mapping_pairing(mapping: str | Path | Mapping[str, str]) -> Pairing:
+    """msprobe ``-dm`` reduced to nodes: rows vote for their node's counterpart.
+
+    Unlisted nodes keep their name (as in msprobe); backward nodes of a remapped forward follow
+    it. Argument order inside a node (``gather(weight, ids)`` vs ``embedding(ids, weight)``) is a
+    row-level fact this node pairing cannot carry: see ``read_data_mapping`` for the rows.
+    """
+    rows = dict(mapping) if isinstance(mapping, Mapping) else read_data_mapping(mapping)
+    votes: dict[str, Counter[str]] = defaultdict(Counter)
+    for npu_row, bench_row in rows.items():
+        votes[node_of_row(npu_row)][node_of_row(bench_row)] += 1
+    explicit = {k: v.most_common(1)[0][0] for k, v in votes.items()}
+
+    def pairing(npu: Dump, bench: Dump) -> dict[str, str]:
+        pairs = {k: v for k, v in explicit.items() if npu.get(k) and bench.get(v)}
+        pairs = complete_backward(npu, bench, pairs)
+        return _fill_identity(npu, bench, pairs)
+
+    return pairing
+
+
+def _fill_identity(npu: Dump, bench: Dump, pairs: dict[str, str]) -> dict[str, str]:
+    used = set(pairs.values())
+    for call in npu.calls:
+        if call.name not in pairs and call.name not in used and bench.get(call.name) is not None:
+            pairs[call.name] = call.name
+    return pairs
+
+
+def _map_scope(
+    scope: str, classes: Mapping[str, str], table: Mapping[str, Mapping[str, str]]
+) -> str:
+    segs = scope.split(".") if scope else []
+    out = []
+    for i, seg in enumerate(segs):
+        if i == 0:
+            entry = table.get("TopLayer") or table.get("Cell") or {}
+        else:
+            parent = ".".join(segs[:i])
+            # An undumped container (CellList "layers") is looked up under its attribute name.
+            entry = table.get(classes.get(parent, segs[i - 1]), {})
+        out.append(entry.get(seg, seg))
+    return ".".join(out)
+
+
+def layer_mapping_pairing(
+    mapping: str | Path | Mapping[str, Mapping[str, str]], api_map: ApiMap | None = None
+) -> Pairing:
+    """msprobe ``-lm``: cells by attribute renames under their parent class; APIs by parent.
+
+    Unlike msprobe (which degrades to exact names without construct.json), APIs with no parent
+    (L1 dumps) fall back to the API map, and parameters_grad nodes are paired too.
+    """
+    table = read_layer_mapping(mapping) if not isinstance(mapping, Mapping) else mapping
+    amap = api_map or load_api_map()
+
+    def pairing(npu: Dump, bench: Dump) -> dict[str, str]:
+        classes = {module_scope(c): c.op for c in npu.calls if c.kind == "module"}
+        theirs = {
+            (module_scope(c), c.direction, c.index): c.name
+            for c in bench.calls
+            if c.kind in _MODULE_KINDS
+        }
+        pairs: dict[str, str] = {}
+        for call in npu.calls:
+            if call.kind in _MODULE_KINDS:
+                key = (_map_scope(module_scope(call), classes, table), call.direction, call.index)
+                if key in theirs:
+                    pairs[call.name] = theirs[key]
+        pairs.update(_apis_by_parent(npu, bench, pairs, amap))
+        pairs = complete_backward(npu, bench, pairs)
+        # APIs outside any module (all of them at L1) fall back to the API map.
+        rest = api_mapping_pairing(amap)(npu, bench)
+        used = set(pairs.values())
+        for call in npu.calls:
+            other = rest.get(call.name)
+            if other and call.name not in pairs and other not in used and call.parent is None:
+                pairs[call.name] = other
+        return pairs
+
+    return pairing
+
+
+def _apis_by_parent(
+    npu: Dump, bench: Dump, module_pairs: Mapping[str, str], amap: ApiMap
+) -> dict[str, str]:
+    """Forward APIs inside paired modules: k-th API of a kind in P <-> k-th in P's counterpart."""
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for call in api_calls(bench, "forward"):
+        if call.parent:
+            groups[(call.parent, api_name(call))].append(call.name)
+    seen: Counter[tuple[str, str]] = Counter()
+    out = {}
+    for call in api_calls(npu, "forward"):
+        if not call.parent or call.parent not in module_pairs:
+            continue
+        key = (module_pairs[call.parent], canonical_api(call, npu.framework, bench.framework, amap))
+        k = seen[key]
+        seen[key] += 1
+        if k < len(groups.get(key, ())):
+            out[call.name] = groups[key][k]
+    return out
+
+
+def pairing_from_file(path: str | Path) -> Pairing:
+    """Any supported mapping file as a Pairing (``mapfiles.read_mapping_file`` tells which).
+
+    The API map is always combined in, so a cell or data mapping also pairs the API nodes
+    of mix.
+    """
+    return pairing_of(read_mapping_file(path))
+
+
+def pairing_of(file: MappingFile) -> Pairing:
+    """The Pairing one mapping file asks for."""
+    if file.kind == "ours":
+        return fixed_pairing(file.names)
+    if file.kind == "api":
+        return api_mapping_pairing(file.api_map)
+    if file.kind == "layer":
+        return layer_mapping_pairing(file.layers)
+    if file.kind == "data":
+        return combine_pairings(data_mapping_pairing(file.names), api_mapping_pairing())
+    cells = cell_mapping_pairing(file.names, source=file.path)
+    return combine_pairings(cells, api_mapping_pairing())

@@ -58,7 +58,7 @@ def choose_pairing(config: pytest.Config, marker: dict[str, Any] | None = None) 
     if align not in ("auto", "always", "name"):
         raise pytest.UsageError(f"--acc-align: expected auto, always or name, got {align!r}")
     if mapping is not None:
-        from pytest_accuracy.pairing.msprobe_mapping import pairing_from_file
+        from pytest_accuracy.pairing.naming import pairing_from_file
 
         return pairing_from_file(mapping)
     if align == "name":
