@@ -40,6 +40,7 @@ class ApiMap:
     pt_low_risk: frozenset[str] = frozenset()
     pt_composite_backward: frozenset[str] = frozenset()
     leading_output: frozenset[str] = frozenset()  # fused ops: outputs past the first are aux
+    replay_positional: frozenset[str] = frozenset()  # primitive classes replayed as their PT API
     arg_maps: Mapping[str, ArgMap] = field(default_factory=dict)
 
     def to_pt(self, api: str) -> str:
@@ -67,6 +68,12 @@ class ApiMap:
 
     def is_composite_backward(self, pt_api: str) -> bool:
         return pt_api in self.pt_composite_backward
+
+    def replayed_as(self, ms_api: str) -> str | None:
+        """The PyTorch API a float64 replay runs for a MindSpore primitive, where it may."""
+        prefix, _, cls = self.ms_key(ms_api).partition(".")
+        replayable = prefix == "Primitive" and cls in self.replay_positional
+        return self.to_pt(ms_api) if replayable else None
 
 
 @dataclass(frozen=True)
@@ -263,6 +270,7 @@ def _api_map_from_sections(doc: dict[str, Any], where: str | Path) -> ApiMap:
         pt_low_risk=names("pt_low_risk"),
         pt_composite_backward=names("pt_composite_backward"),
         leading_output=names("leading_output"),
+        replay_positional=names("replay_positional"),
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
@@ -301,9 +302,25 @@ SKIP_REASONS: dict[str, str] = {
 
 
 def resolve(framework: str, name: str) -> ApiSpec | None:
-    """The spec for a dump API name (``Functional.linear``), or None: an exact lookup only."""
+    """The spec for a dump API name (``Functional.linear``), or None: an exact lookup only.
+
+    A MindSpore primitive (``Primitive.add.Add``) is looked up through the one canonical
+    MS -> PT table, where it lists the primitive as replayable in PyTorch's parameter order.
+    """
     family = _FAMILY.get(framework)
-    return _TABLES[family].get(name) if family else None
+    if family is None:
+        return None
+    if family == "mindspore" and name.startswith("Primitive."):
+        return _primitive(name)
+    return _TABLES[family].get(name)
+
+
+@cache
+def _primitive(name: str) -> ApiSpec | None:
+    from pytest_accuracy.pairing.mapfiles import load_api_map
+
+    pt = load_api_map().replayed_as(name)
+    return _TABLES["pytorch"].get(pt) if pt is not None else None
 
 
 def no_reference_reason(framework: str, name: str) -> str:
@@ -314,6 +331,12 @@ def no_reference_reason(framework: str, name: str) -> str:
         return f"{name} works in place (it overwrites its input); not re-run"
     if framework not in _FAMILY:
         return f"framework {framework!r} has no precheck allow-list"
+    if _FAMILY[framework] == "mindspore" and name.startswith("Primitive."):
+        return (
+            f"{name} is a MindSpore primitive the replay cannot run as its PyTorch API: the dump "
+            "leaves out attributes that change its math (transpose_b, axis, keep_dims) or lists "
+            "its inputs in another order; nothing was executed"
+        )
     return (
         f"no reference implementation for {name} ({framework}); it is not in the precheck "
         "allow-list, so nothing was executed"
