@@ -45,6 +45,9 @@ LIMITS: dict[str, Limit] = {
     "npy_header_bytes": Limit("ACC_MAX_NPY_HEADER_BYTES", 64 << 10, "bytes of a .npy header"),
     "json_number_chars": Limit("ACC_MAX_JSON_NUMBER_CHARS", 64, "characters of a JSON number"),
     "json_bytes": Limit("ACC_MAX_JSON_BYTES", 2 << 30, "bytes of a dump.json"),
+    "dump_nodes": Limit(
+        "ACC_MAX_DUMP_NODES", 1_000_000, "nodes (records under 'data') of one dump.json"
+    ),
     "construct_depth": Limit(
         "ACC_MAX_CONSTRUCT_DEPTH", 1000, "depth of the module tree in construct.json"
     ),

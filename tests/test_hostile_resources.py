@@ -220,3 +220,27 @@ def test_dump_json_of_100k_entries_loads_within_bounds(tmp_path: Path) -> None:
     out = _measure(code, tmp_path)
     (rank / "dump.json").unlink()  # 35 MB: pytest keeps the last three runs' tmp_path
     assert out["outcome"] == "100000"
+
+
+def test_dump_json_of_2m_nodes_is_refused_by_the_node_limit_within_bounds(tmp_path: Path) -> None:
+    """Two million small records (63 MB) took 1.1-1.4 GB and 20-30 s of CPU to read; past
+    ACC_MAX_DUMP_NODES (1M) they are refused once counted, before any call is built."""
+    rank = tmp_path / "d" / "step0" / "rank0"
+    rank.mkdir(parents=True)
+    with (rank / "dump.json").open("w") as out:
+        out.write('{"task": "statistics", "data": {')
+        out.write(",".join(f'"Torch.add.{i}.forward": {{}}' for i in range(2_000_000)))
+        out.write("}}")
+    code = """
+    from pytest_accuracy.dumps.layout import load_dumps
+    try:
+        load_dumps(Path(sys.argv[0]).parent / "d")
+        done("loaded")
+    except AccuracyInputError as exc:
+        done(exc.problem)
+    """
+    out = _measure(code, tmp_path)
+    (rank / "dump.json").unlink()  # pytest keeps the last three runs' tmp_path
+    assert out["outcome"] == ("nodes: 2000000 is over the limit 1000000 (nodes (records under "
+                              "'data') of one dump.json; ACC_MAX_DUMP_NODES raises it)")
+

@@ -54,3 +54,23 @@ def test_a_json_number_of_64_characters_passes_and_65_do_not(tmp_path: Path,
     else:
         with pytest.raises(AccuracyInputError, match="a number of 65 is over the limit 64"):
             read_json(path)
+
+
+@pytest.mark.parametrize("nodes", [3, 4])
+def test_a_dump_json_of_as_many_nodes_as_the_limit_loads_and_one_more_does_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nodes: int) -> None:
+    from pytest_accuracy.dumps.layout import load_dumps
+
+    rank = tmp_path / "d" / "step0" / "rank0"
+    rank.mkdir(parents=True)
+    data = {f"Torch.add.{i}.forward": {"input_args": [], "output": []} for i in range(nodes)}
+    (rank / "dump.json").write_text(json.dumps({"task": "statistics", "data": data}))
+    monkeypatch.setenv("ACC_MAX_DUMP_NODES", "3")
+    if nodes == 3:
+        assert len(next(iter(load_dumps(tmp_path / "d"))).calls) == 3
+        return
+    with pytest.raises(AccuracyInputError) as info:
+        load_dumps(tmp_path / "d")
+    assert str(info.value) == (f"{rank / 'dump.json'}: nodes: 4 is over the limit 3 (nodes "
+                               "(records under 'data') of one dump.json; ACC_MAX_DUMP_NODES "
+                               "raises it)")

@@ -56,6 +56,8 @@ def read_dump(dump_json: Path, *, step: int, rank: int, confine: Path | None = N
             dump_json, "not an msprobe dump.json: no 'data' object at top level"
         )
     data: dict[str, Any] = doc["data"]
+    if len(data) > limit("dump_nodes"):  # each node costs ~300-900 bytes once read
+        raise AccuracyInputError(dump_json, f"nodes: {over('dump_nodes', len(data))}")
     data_root = dump_json.parent / "dump_tensor_data"
     mode = _dump_mode(doc, data, dump_json)
     stacks = _read_stacks(dump_json.parent / "stack.json")
