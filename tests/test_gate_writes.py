@@ -65,6 +65,41 @@ def test_a_write_that_fails_midway_keeps_the_old_file_and_leaves_no_temporary(
     assert _leftovers(tmp_path) == []
 
 
+_ENOSPC_RUN = """
+mount -t tmpfs -o size=16k tmpfs "$1" || exit 97
+printf '{"previous": true}\\n' > "$1/acc.json"
+shift
+"$@"
+echo "rc=$?"
+echo "files=$(ls -A "$MNT" | tr '\\n' ' ')"
+echo "acc=$(cat "$MNT/acc.json")"
+"""
+
+
+def test_a_full_disk_keeps_the_old_file_and_says_so(tmp_path: Path) -> None:
+    """ENOSPC for real: a 16 KiB tmpfs (a user and mount namespace, no root needed) holds the
+    previous acc.json; the new one does not fit. One named line, exit 3, the old file whole,
+    no temporary left."""
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("no unshare(1) here to mount a small tmpfs")
+    cmd = [unshare, "--user", "--map-root-user", "--mount", "sh", "-c", _ENOSPC_RUN, "sh",
+           str(mnt), sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *BUG,
+           f"--acc-json={mnt / 'acc.json'}"]
+    run = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "MNT": str(mnt)}, check=False)
+    if run.returncode == 97 or "rc=" not in run.stdout:
+        pytest.skip(f"this machine does not let a user namespace mount tmpfs: {run.stderr[-200:]}")
+    assert "rc=3" in run.stdout, run.stdout[-2000:]
+    assert (f"pytest-accuracy: not written: {mnt / 'acc.json'}: cannot write: No space left on "
+            "device") in run.stdout
+    assert "Traceback" not in run.stdout + run.stderr
+    assert "files=acc.json \n" in run.stdout  # no .tmp beside it
+    assert 'acc={"previous": true}' in run.stdout
+
+
 def test_sigterm_while_writing_removes_the_temporary(tmp_path: Path) -> None:
     """A cancelled CI job sends SIGTERM: the temporary file goes, the old file stays."""
     out = tmp_path / "acc.json"
