@@ -116,6 +116,29 @@ def test_sigterm_while_writing_removes_the_temporary(tmp_path: Path) -> None:
     assert out.read_text() == "old\n" and _leftovers(tmp_path) == []
 
 
+def test_the_controller_killed_while_writing_leaves_the_old_file_whole(
+        pytester: pytest.Pytester) -> None:
+    """SIGKILL (an out-of-memory kill of the controller) halfway through acc.json: nothing can
+    clean up, but the file readers see is the previous one, whole, never half a document."""
+    pytester.makeconftest(
+        "import os, signal\n"
+        "import pytest_accuracy.safe_io as safe_io\n"
+        "real = safe_io.atomic_open.__wrapped__\n"
+        "def killed(path, *args, **kwargs):\n"
+        "    for handle in real(path, *args, **kwargs):\n"
+        "        handle.write('{\"verdict\": \"pa')\n"
+        "        handle.flush()\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "        yield handle\n"
+        "safe_io.atomic_open = safe_io.contextlib.contextmanager(killed)\n")
+    out = pytester.path / "acc.json"
+    out.write_text('{"previous": true}\n')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *BUG, f"--acc-json={out}",
+                                           timeout=300)
+    assert result.ret == -signal.SIGKILL
+    assert json.loads(out.read_text()) == {"previous": True}
+
+
 def test_ctrl_c_while_writing_is_pytests_interrupted_exit_without_a_traceback(
         pytester: pytest.Pytester) -> None:
     pytester.makeconftest(
