@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pytest_accuracy.report.html_page import Part, esc, joined, page_parts
+from pytest_accuracy.report.html_page import Part, esc, joined, page_parts, wide
 
 
 def render(doc: dict[str, Any], out_dir: Path, images: list[Path]) -> str:
@@ -67,9 +67,9 @@ def _suites(suites: dict[str, Any]) -> str:
         f"<tr><td><code>{esc(t.get('name'))}</code></td><td class='s-{esc(t.get('status'))}'>"
         f"{esc(t.get('status'))}</td><td>{esc(t.get('reason'))}</td></tr>"
         for t in suites.get("tests") or [] if isinstance(t, dict))
-    return section("Your suites (@accuracy tests)", "<table class='sortable'><thead><tr>"
-                   "<th>test</th><th>status</th><th>reason</th></tr></thead>"
-                   f"<tbody>{rows}</tbody></table>", "suites")
+    return section("Your suites (@accuracy tests)", wide(
+        "<table class='sortable'><thead><tr><th>test</th><th>status</th><th>reason</th></tr>"
+        f"</thead><tbody>{rows}</tbody></table>"), "suites")
 
 
 def _note(note: Path) -> str | None:
@@ -93,9 +93,9 @@ def _merge(merge: dict[str, Any]) -> str:
         f"{esc(p.get('verdict'))}</td><td>{esc(p.get('steps'))}</td><td>{esc(p.get('ranks'))}"
         f"</td><td class='num'>{esc(p.get('nodes'))}</td></tr>" for p in merge.get("parts") or [])
     return section("Merged parts", (f"<ul>{reasons}</ul>" if reasons else "")
-                   + "<table class='sortable'><thead><tr><th>part</th><th>verdict</th>"
-                   "<th>steps</th><th>ranks</th><th>nodes</th></tr></thead>"
-                   f"<tbody>{rows}</tbody></table>", "merge")
+                   + wide("<table class='sortable'><thead><tr><th>part</th><th>verdict</th>"
+                          "<th>steps</th><th>ranks</th><th>nodes</th></tr></thead>"
+                          f"<tbody>{rows}</tbody></table>"), "merge")
 
 
 def _inputs(doc: dict[str, Any]) -> str:
@@ -104,7 +104,7 @@ def _inputs(doc: dict[str, Any]) -> str:
     inputs = doc.get("inputs")
     rows = "".join(f"<tr><td class='key'>{esc(k)}</td><td>{_input_value(v)}</td></tr>"
                    for k, v in (inputs.items() if isinstance(inputs, dict) else []))
-    return section("Inputs", f"<table>{rows}</table>", "inputs")
+    return section("Inputs", wide(f"<table>{rows}</table>"), "inputs")
 
 
 def _input_value(value: Any) -> str:

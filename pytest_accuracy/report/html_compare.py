@@ -17,6 +17,7 @@ from pytest_accuracy.report.html_page import (
     fmt,
     section,
     section_parts,
+    wide,
 )
 from pytest_accuracy.report.svg import COLOURS, Point, error_chart
 
@@ -70,7 +71,12 @@ def compare_section_parts(compare: dict[str, Any], criteria: dict[str, Any]) -> 
     """The compare's sections; the node table's as pieces (a row each), for the page's writer."""
     nodes: list[dict[str, Any]] = compare.get("nodes") or []
     first = compare.get("first_divergence")
-    out: list[Part] = [section("Where it diverges", _first_card(first, compare), "first")]
+    from pytest_accuracy.report.html_first import first_card, waived_section
+
+    out: list[Part] = [section("Where it diverges", first_card(first, compare), "first")]
+    waived = waived_section(nodes)
+    if waived is not None:
+        out.append(section("Waived as known divergences", waived, "waived"))
     # each node's error and tolerance once: the charts and the table both show them
     errors = [node_error(n) for n in nodes]
     tolerances = [node_tolerance(n, criteria) for n in nodes]
@@ -93,47 +99,24 @@ def headline(compare: dict[str, Any]) -> str:
     parts = [f"{counts.get('fail', 0)} of {len(nodes)} NPU nodes fail"]
     if counts.get("carried"):
         parts.append(f"{counts['carried']} carry an earlier error")
+    if counts.get("waived"):
+        parts.append(f"{counts['waived']} waived")
     if first:
         parts.append(f"first divergence <b>{esc(first.get('npu_name'))}</b> (step "
                      f"{esc(first.get('step'))}, rank {esc(first.get('rank'))})")
-    elif not counts.get("fail"):
+    elif counts.get("fail"):
+        parts.append("the first divergent node was not among the items run")
+    elif counts.get("carried"):
+        parts.append("the cause of what they carry was not among the items run")
+    elif counts.get("waived"):  # a waiver is a decision, never "no divergence"
+        parts = [f"no divergence beyond the {counts['waived']} waived nodes (listed below): "
+                 f"the other {counts.get('pass', 0)} compared nodes meet the criteria"]
+    else:
         parts = [f"no divergence: {counts.get('pass', 0)} compared nodes meet the criteria"]
     coverage = compare.get("coverage") or {}
     if coverage:
         parts.append(f"{esc(coverage.get('matched'))} of {esc(coverage.get('total'))} matched")
     return "; ".join(parts)
-
-
-def _first_card(first: dict[str, Any] | None, compare: dict[str, Any]) -> str:
-    if not first:
-        failing = any(n.get("status") == "fail" for n in compare.get("nodes") or [])
-        return ("<p>Nodes fail, but the first divergent node was not among the items run.</p>"
-                if failing else "<p>No node misses the criteria.</p>")
-    where = f"step {esc(first.get('step'))}, rank {esc(first.get('rank'))}"
-    if first.get("kind") == "between" and first.get("through"):
-        what = (f"the input that differs was made by <code>{esc(first.get('through'))}</code>, "
-                "which only the NPU run records")
-    elif first.get("kind") == "between":
-        what = (f"the error appeared in code the dump did not record, between "
-                f"<code>{esc(first.get('previous') or 'the start')}</code> and this node")
-    elif first.get("kind") == "parameter":
-        what = "its inputs match the bench and a parameter of its own differs"
-    else:
-        what = "its inputs match the bench and its outputs do not: the error appears here"
-    rows = [("node", f"<code>{esc(first.get('npu_name'))}</code> ({where})"),
-            ("bench node", f"<code>{esc(first.get('bench_name'))}</code>"),
-            ("what", what),
-            ("how bad", f"{esc(first.get('tensor'))}: {esc(first.get('reason'))}")]
-    if first.get("likely_cause"):
-        rows.append(("likely cause", f"<b>{esc(first['likely_cause'])}</b>"))
-    if first.get("stack"):
-        rows.append(("stack", f"<code>{esc(first['stack'])}</code>"))
-    nonfinite = compare.get("first_nonfinite")
-    if nonfinite:
-        rows.append(("first NaN/Inf", f"<code>{esc(nonfinite.get('npu_name'))}</code> "
-                     f"{esc(nonfinite.get('tensor'))}"))
-    body = "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in rows)
-    return f"<dl class='card'>{body}</dl>"
 
 
 def _by_dump(nodes: Sequence[dict[str, Any]]) -> dict[tuple[int, int], list[int]]:
@@ -205,11 +188,11 @@ def _per_dump_table(nodes: list[dict[str, Any]]) -> str:
         rows.append(f"<tr><td>{esc(step)}</td><td>{esc(rank)}</td>"
                     f"<td class='num'>{len(members)}</td>"
                     + "".join(f"<td class='num'>{counts.get(s, 0)}</td>" for s in STATUSES[:5])
-                    + f"<td><code>{esc(failing)}</code></td></tr>")
+                    + f"<td><code>{breakable(failing)}</code></td></tr>")
     head = "".join(f"<th>{s}</th>" for s in STATUSES[:5])
-    return ("<table class='sortable'><thead><tr><th>step</th><th>rank</th><th>nodes</th>"
-            f"{head}<th>first failing node</th></tr></thead><tbody>{''.join(rows)}"
-            "</tbody></table>")
+    return wide("<table class='sortable'><thead><tr><th>step</th><th>rank</th><th>nodes</th>"
+                f"{head}<th>first failing node</th></tr></thead><tbody>{''.join(rows)}"
+                "</tbody></table>")
 
 
 _COLUMNS = ("#", "step", "rank", "NPU node", "bench node", "status", "dtype", "tensor", "error",

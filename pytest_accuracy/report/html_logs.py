@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_accuracy.report.html_compare import breakable, number
-from pytest_accuracy.report.html_page import esc, fmt, section
+from pytest_accuracy.report.html_page import esc, filter_controls, fmt, section, wide
 from pytest_accuracy.report.svg import bar_chart
 
 PLOT_INSTALL = "pip install 'pytest-accuracy[plot]'"
@@ -43,9 +43,10 @@ def _criteria_table(loss: dict[str, Any], checks: dict[str, Any]) -> str:
             f"<td class='msg'>{esc(check.get('message') or '')}</td></tr>")
     counted = (f"<p>{esc(loss.get('steps_compared'))} paired steps compared, "
                f"{esc(loss.get('steps_skipped'))} skipped.</p>" if "steps_compared" in loss else "")
-    return (lead + counted + "<table class='sortable'><thead><tr><th>criterion</th>"
-            "<th>measured</th><th>allowed</th><th>verdict</th><th>worst steps</th>"
-            "<th>message</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+    return (lead + counted + wide("<table class='sortable'><thead><tr><th>criterion</th>"
+                                  "<th>measured</th><th>allowed</th><th>verdict</th>"
+                                  "<th>worst steps</th><th>message</th></tr></thead><tbody>"
+                                  + "".join(rows) + "</tbody></table>"))
 
 
 def _pairs(values: Any) -> str:
@@ -84,9 +85,9 @@ def config_section(config: dict[str, Any]) -> str:
         f"<td class='msg'>{breakable(k.get('summary'))}</td></tr>"
         for k in sorted(keys, key=lambda k: k.get("status") not in ("fail", "missing")))
     return section(f"Config checklist: {len(failed)} of {len(keys)} keys fail",
-                   "<table class='sortable'><thead><tr><th>key</th><th>category</th>"
-                   "<th>verdict</th><th>NPU</th><th>bench</th><th>message</th></tr></thead>"
-                   f"<tbody>{rows}</tbody></table>", "config")
+                   wide("<table class='sortable'><thead><tr><th>key</th><th>category</th>"
+                        "<th>verdict</th><th>NPU</th><th>bench</th><th>message</th></tr>"
+                        f"</thead><tbody>{rows}</tbody></table>"), "config")
 
 
 def _key(name: Any) -> str:
@@ -100,9 +101,17 @@ def _value_cell(value: Any) -> str:
     return f"<td class='{cls}'>{esc(value)}</td>"
 
 
+# The precheck table's order: what needs a look first, then what passed, then what was not run
+_PRECHECK_ORDER = {"fail": 0, "pass": 2, "skip": 3}  # any other status (a merged part's) is 1
+
+
 def precheck_section(precheck: dict[str, Any]) -> str:
-    apis: list[dict[str, Any]] = precheck.get("apis") or []
+    """Every API the precheck ran, failures first (run order kept within a status), with the
+    node table's text and status filter."""
+    apis = [a for a in precheck.get("apis") or [] if isinstance(a, dict)]
+    apis.sort(key=_precheck_rank)  # stable: run order within a status
     failed = [a for a in apis if a.get("status") == "fail"]
+    present = list(dict.fromkeys(str(a.get("status")) for a in apis))
     rows = "".join(
         f"<tr data-status='{esc(a.get('status'))}'>"
         f"<td class='name'><code>{esc(a.get('name'))}</code></td>"
@@ -110,6 +119,15 @@ def precheck_section(precheck: dict[str, Any]) -> str:
         f"<td class='num'>{fmt(a.get('cosine'))}</td><td class='num'>{fmt(a.get('max_abs'))}</td>"
         f"<td class='text'>{esc(a.get('reason'))}</td></tr>" for a in apis)
     return section(f"Precheck: {len(failed)} of {len(apis)} APIs fail",
-                   "<div class='scroll'><table class='sortable'><thead><tr><th>API</th>"
-                   "<th>verdict</th><th>cosine</th><th>max abs</th><th>reason</th></tr></thead>"
-                   f"<tbody>{rows}</tbody></table></div>", "precheck")
+                   filter_controls(_PRECHECK_TABLE, present, len(apis), "API name, reason")
+                   + f"<div class='scroll'><table id='{_PRECHECK_TABLE}' class='sortable'>"
+                   "<thead><tr><th>API</th><th>verdict</th><th>cosine</th><th>max abs</th>"
+                   f"<th>reason</th></tr></thead><tbody>{rows}</tbody></table></div>",
+                   "precheck")
+
+
+_PRECHECK_TABLE = "precheck-table"
+
+
+def _precheck_rank(api: dict[str, Any]) -> int:
+    return _PRECHECK_ORDER.get(str(api.get("status")), 1)

@@ -13,13 +13,14 @@ body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;color
 background:#fafafa}
 header{padding:14px 28px;color:white}
 header.pass{background:#2e7d32}header.fail{background:#c62828}
-header h1{margin:0;font-size:22px}header p{margin:4px 0 0;opacity:.92}
+header h1{margin:0;font-size:22px}header p{margin:4px 0 0;opacity:.92;overflow-wrap:anywhere}
 main{padding:8px 28px 40px;max-width:1400px}
 section{background:white;border:1px solid #e0e0e0;border-radius:6px;padding:12px 18px;
 margin:14px 0}
 h2{font-size:17px;margin:4px 0 10px}
 .card{border-left:5px solid #6a1b9a;padding:6px 12px;background:#f7f2fa}
-.card dt{font-weight:600;float:left;clear:left;width:120px}.card dd{margin:0 0 4px 130px}
+.card dt{font-weight:600;float:left;clear:left;width:120px}
+.card dd{margin:0 0 4px 130px;overflow-wrap:anywhere}
 code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px}
 table{border-collapse:collapse;width:100%}
 th,td{padding:3px 8px;text-align:left;border-bottom:1px solid #eee;vertical-align:top}
@@ -44,9 +45,9 @@ margin-right:5px}.legend i.line{height:3px;width:14px;border-radius:0;vertical-a
 .controls input{width:320px;max-width:100%}
 ul.paths{margin:0;padding-left:18px}td.key{width:1%;white-space:nowrap}
 .note{background:#fff8e1;border:1px solid #ffe082;padding:8px 12px;border-radius:4px}
-.tree details{margin-left:16px}.tree summary{cursor:pointer}
+.tree{overflow-x:auto}.tree details{margin-left:16px}.tree summary{cursor:pointer}
 .sw{display:inline-block;width:10px;height:10px;margin-right:6px;border-radius:2px}
-.scroll{max-height:640px;overflow:auto}
+.scroll{max-height:640px;overflow:auto}.wide{overflow-x:auto}
 td.msg{white-space:pre-line}
 footer{color:#757575;font-size:12px;margin-top:20px}
 """
@@ -141,10 +142,19 @@ def section_parts(title: str, body: Iterable[str], anchor: str = "") -> Iterator
     return chain([f"<section{ident}><h2>{esc(title)}</h2>"], body, ["</section>"])
 
 
-def filter_controls(table_id: str, statuses: Sequence[str], total: int) -> str:
+def wide(table: str) -> str:
+    """A table in a box of its own that scrolls sideways where the page is too narrow for it
+    (800 px): its right-hand columns are never cut off, and the page itself keeps its width."""
+    return f"<div class='wide'>{table}</div>"
+
+
+def filter_controls(table_id: str, statuses: Sequence[str], total: int,
+                    hint: str = "node name, dtype, reason") -> str:
+    """A text box and a status menu over table ``table_id`` (its rows carry data-status), run
+    by SCRIPT's accFilter; ``hint`` says what the text box searches."""
     options = "".join(f"<option value='{esc(s)}'>{esc(s)}</option>" for s in statuses)
-    return (f"<div class='controls'><input id='{table_id}-q' placeholder='filter: node name, "
-            f"dtype, reason...' oninput=\"accFilter('{table_id}')\">"
+    return (f"<div class='controls'><input id='{table_id}-q' placeholder='filter: "
+            f"{esc(hint)}...' oninput=\"accFilter('{table_id}')\">"
             f"<select id='{table_id}-s' onchange=\"accFilter('{table_id}')\">"
             f"<option value=''>every status</option>{options}</select>"
             f"<span>showing <b id='{table_id}-n'>{total}</b> of {total} rows (click a column "
