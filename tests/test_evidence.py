@@ -198,7 +198,7 @@ def test_a_norm_a_device_summed_in_blocks_is_not_a_contradiction(tmp_path: Path)
     """4M fp32 values whose recorded Norm a device summed in fp32, 16 values a block and the
     blocks one after another: 63 ulps from numpy's float64 norm (the old bound was 64). The
     bound grows as sqrt(numel) ulps; a file scaled by 1 % is still refused."""
-    from pytest_accuracy.compare.judge import _check_norm
+    from pytest_accuracy.compare.integrity import check_norm as _check_norm
     from pytest_accuracy.dumps.model import Stats, TensorRecord
     from pytest_accuracy.errors import AccuracyInputError
 
@@ -211,6 +211,32 @@ def test_a_norm_a_device_summed_in_blocks_is_not_a_contradiction(tmp_path: Path)
                           data_root=tmp_path, data_name="x.npy", confine=tmp_path)
     exact = float(np.linalg.norm(x.astype(np.float64)))
     assert abs(exact - device_norm) / exact > 50 * 1.19e-7  # the case the old bound refused
-    _check_norm(record, exact)
+    _check_norm(record, exact, x)
     with pytest.raises(AccuracyInputError, match=r"contradicts its dump\.json record"):
-        _check_norm(record, exact * 1.01)
+        _check_norm(record, exact * 1.01, x)
+
+
+@pytest.mark.parametrize("large", [0, 1])
+def test_a_float16_norm_msprobe_mindspore_summed_in_float16_is_not_a_contradiction(
+        large: int) -> None:
+    """msprobe-MindSpore squares a float16 tensor in float16: a gradient of |g| < 2.4e-4
+    everywhere records Norm 0 (MindFormers' wk bias gradient in an fp16 run), and beside a
+    larger value the tiny squares are lost. That is what the run dumped; a file scaled by 2
+    is not."""
+    from pytest_accuracy.compare.integrity import check_norm as _check_norm
+    from pytest_accuracy.dumps.model import Stats, TensorRecord
+    from pytest_accuracy.errors import AccuracyInputError
+
+    g = np.full(512, 1.5e-4, np.float16)
+    g[::2] *= -1
+    g[:large] = 1e-3
+    squares = (g.astype(np.float32) ** 2).astype(np.float16).astype(np.float64)
+    fp16_norm = float(np.sqrt(squares.sum()))
+    exact = float(np.linalg.norm(g.astype(np.float64)))
+    assert fp16_norm == (0.0 if not large else pytest.approx(1e-3, rel=1e-2))
+    assert abs(exact - fp16_norm) > 0.5 * exact  # far beyond any summation-order slack
+    record = TensorRecord("output.0", "output", "float16", "mindspore.float16", g.shape,
+                          Stats(float(g.max()), float(g.min()), float(g.mean()), fp16_norm))
+    _check_norm(record, exact, g)
+    with pytest.raises(AccuracyInputError, match=r"contradicts its dump\.json record"):
+        _check_norm(record, 2 * exact, 2 * g)

@@ -13,6 +13,7 @@ from pytest_accuracy.compare.criteria import CompareCriteria, less_precise
 from pytest_accuracy.compare.diagnose import Context, diagnose
 from pytest_accuracy.compare.effective import effective_dtypes
 from pytest_accuracy.compare.findings import scalar_diffs
+from pytest_accuracy.compare.first_flag import VerifiedFlags
 from pytest_accuracy.compare.judge import compare_all, compare_tensor, negated_region, settle
 from pytest_accuracy.compare.local import LocalError, local_error, lower_precision_inputs
 from pytest_accuracy.compare.results import Finding, NodeResult, TensorComparison
@@ -233,6 +234,18 @@ class Comparison:
         return effective_dtypes(self.entries, self.bench_call)
 
     @cached_property
+    def _flags(self) -> VerifiedFlags:
+        return VerifiedFlags(self.provenance, self._diverged)
+
+    def _diverged(self, index: int) -> bool:
+        """Node ``index``, diagnosed (here, not in the pool: a pool thread may be asking),
+        does not pass: outputs off that carry their inputs' rounding are no divergence."""
+        if self.bench_call(index) is None:
+            return True  # flagged without a counterpart: its flag is all there is
+        result = self._done.get(index) or self._compute(index)
+        return result.status not in ("pass", "skip", "unmatched")
+
+    @cached_property
     def provenance(self) -> provenance.Provenance:
         """Run-wide metadata facts (findings, divergence flags, producers, twins)."""
         return provenance.build(
@@ -366,7 +379,6 @@ class Comparison:
         node (``result.entered_after``)."""
         index = result.index
         dump = self.entries[index][0]
-        prov = self.provenance
         differing = [t.npu for t in result.inputs if not t.ok]
         entered: list[int] = []
         for record in differing:
@@ -377,9 +389,9 @@ class Comparison:
             if diverged:
                 return self.entries[origin][1].name
             entered.append(origin)
-        first = prov.first_flag_before[index]
-        if first is not None and prov.origin(first) != index:
-            return self.entries[prov.origin(first)][1].name
+        first = self._flags.before(index)
+        if first is not None and first != index:
+            return self.entries[first][1].name
         if differing and len(entered) == len(differing):
             origins = sorted(set(entered))
             result.entered_after = [self.entries[i][1].name for i in origins]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,6 +18,7 @@ from pytest_accuracy.compare.criteria import (
     less_precise,
 )
 from pytest_accuracy.compare.fold import as_float64
+from pytest_accuracy.compare.integrity import check_md5_agrees, check_norm, dtype_kind, loaded
 from pytest_accuracy.compare.metrics import (
     MASK_VALUE,
     StatsMetrics,
@@ -28,16 +28,11 @@ from pytest_accuracy.compare.metrics import (
     tensor_metrics,
 )
 from pytest_accuracy.compare.results import NodeResult, TensorComparison
-from pytest_accuracy.dumps.model import FLOAT_EPS, Call, TensorRecord, is_float_dtype
-from pytest_accuracy.errors import AccuracyInputError
-from pytest_accuracy.pairing.dp import stats_gap
+from pytest_accuracy.dumps.model import Call, TensorRecord, is_float_dtype
 
 if TYPE_CHECKING:
     from pytest_accuracy.compare.stats_table import StatsTable
 
-# A recorded Norm and the norm of the file's values, both of the same tensor, differ by the
-# rounding of two summations (msprobe sums in the tensor's dtype or float32): this many eps.
-_NORM_SLACK = 64.0
 # Sorting is the layout-free compare of a tensor pair that fails element by element: bounded.
 _LAYOUT_MAX_ELEMENTS = 1 << 24
 _COSINE_CELLS = 1 << 27  # column matching by cosine: cols^2 x rows multiply-adds at most
@@ -169,10 +164,10 @@ def compare_tensor(
         judged = Judgement(False, f"dtype differs: npu {npu.dtype} vs bench {bench.dtype}")
         return TensorComparison(npu.path, npu, bench, dtype, judged, None, "metadata")
     if npu.has_data and bench.has_data:
-        arrays = _loaded(npu), _loaded(bench)
+        arrays = loaded(npu), loaded(bench)
         metrics = tensor_metrics(*arrays)
-        _check_norm(npu, metrics.norm_npu)
-        _check_norm(bench, metrics.norm_bench)
+        check_norm(npu, metrics.norm_npu, arrays[0])
+        check_norm(bench, metrics.norm_bench, arrays[1])
         judged = judge_tensor(metrics, dtype, tol)
         if not judged.ok and kinds[0] == "float":  # -inf, or two large negative fills
             masked = _mask_written_otherwise(*arrays, dtype, tol)
@@ -193,7 +188,7 @@ def compare_tensor(
                            f"{list(bench.shape)}")
         return TensorComparison(npu.path, npu, bench, dtype, judged, None, "metadata")
     if npu.md5 is not None and bench.md5 is not None:
-        _check_md5_agrees(npu, bench)
+        check_md5_agrees(npu, bench)
         return TensorComparison(
             npu.path, npu, bench, dtype, judge_md5(npu.md5, bench.md5), None, "md5"
         )
@@ -247,7 +242,7 @@ def negated_region(npu: TensorRecord, bench: TensorRecord, dtype: str,
     cross_entropy). Only asked of region-node pairs, whose calls differ by design."""
     tol = criteria.tolerance(dtype)
     if npu.has_data and bench.has_data:
-        a, b = _loaded(npu), _loaded(bench)
+        a, b = loaded(npu), loaded(bench)
         if a.shape != b.shape or dtype_kind(npu.dtype) != "float":  # bf16 is no np.floating
             return None
         metrics = tensor_metrics(-as_float64(a), as_float64(b))
@@ -362,66 +357,5 @@ def _greedy(similarity: np.ndarray) -> np.ndarray:
     return source
 
 
-def dtype_kind(dtype: str) -> str:
-    """float, complex, bool or int: a pair of two kinds is another computation."""
-    if is_float_dtype(dtype):
-        return "float"
-    return "complex" if dtype.startswith("complex") else "bool" if dtype == "bool" else "int"
-
-
 def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(d for d in shape if d != 1)
-
-
-def _loaded(record: TensorRecord) -> np.ndarray:
-    """The record's data, refused when the file holds another kind of number than the
-    record says (complex values under a float32 record would be compared as reals)."""
-    array = record.load()
-    if (array.dtype.kind == "c") != (dtype_kind(record.dtype) == "complex"):
-        raise AccuracyInputError(_data_path(record), f"holds {array.dtype} values where its "
-                                 f"dump.json record says {record.dtype}")
-    return array
-
-
-def _check_norm(record: TensorRecord, norm: float | None) -> None:
-    """A tensor file whose values contradict its own record's Norm was not written by that
-    run (or was changed since): an input error, never a comparison of someone else's data.
-    msprobe records a one-element tensor's Norm as its signed value."""
-    recorded = record.stats.norm
-    if recorded is not None and record.numel == 1:
-        recorded = abs(recorded)
-    if norm is None or recorded is None or not math.isfinite(recorded) or record.stats.max is None:
-        return
-    if not math.isfinite(record.stats.max) or not math.isfinite(record.stats.min or 0.0):
-        return  # NaN/Inf: the norm of the finite values is not the recorded one
-    eps = FLOAT_EPS.get(record.dtype, 0.0)
-    # a device sums the squares in another order than numpy's float64 (sums of 16-bit values
-    # in fp32 or wider): a sequential sum's rounding grows as sqrt(numel) ulps, a rewritten or
-    # swapped file is off by far more
-    summed = max(min(eps, FLOAT_EPS["float32"]), 1e-7)
-    slack = max(_NORM_SLACK * max(eps, 1e-7), math.sqrt(record.numel) * summed)
-    if abs(norm - recorded) > max(slack * recorded, 1e-30):
-        raise AccuracyInputError(_data_path(record), f"holds data whose norm {norm:.6g} "
-                                 f"contradicts its dump.json record ({record.path} Norm "
-                                 f"{recorded:.6g}): the file is not what that run dumped")
-
-
-def _check_md5_agrees(npu: TensorRecord, bench: TensorRecord) -> None:
-    if npu.md5 != bench.md5 or not _stats_known(npu) or not _stats_known(bench):
-        return
-    # the same bytes: Max and Min agree exactly, a Norm summed by another framework's kernel
-    # to rounding; far apart, one dump contradicts itself
-    if stats_gap(npu.stats.values(), bench.stats.values()) > 1e-3:
-        raise AccuracyInputError(npu.dump_json or Path("dump.json"), f"{npu.path}: md5 "
-                                 f"{npu.md5} equals the bench's while the statistics of the "
-                                 "same records differ: one of the dumps contradicts itself")
-
-
-def _stats_known(record: TensorRecord) -> bool:
-    values = (record.stats.max, record.stats.min, record.stats.norm)
-    return all(v is not None and math.isfinite(v) for v in values)
-
-
-def _data_path(record: TensorRecord) -> Path:
-    return (record.data_root / record.data_name if record.data_root and record.data_name
-            else record.dump_json or Path("dump.json"))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pytest_accuracy.compare.criteria import Tolerance, less_precise
-from pytest_accuracy.compare.judge import dtype_kind
+from pytest_accuracy.compare.integrity import dtype_kind
 from pytest_accuracy.dumps.model import Call, TensorRecord, is_float_dtype
 
 if TYPE_CHECKING:
