@@ -1,9 +1,9 @@
 """Generate an msprobe-layout dump pair with many nodes (a 7B-class L1 step), without torch.
 
   python benchmarks/make_many_nodes.py --out DIR [--nodes 50000] [--task statistics|tensor]
-                                       [--numel 64] [--fail-from 0.5]
+                                       [--numel 64] [--fail-from 0.5] [--ranks 1]
 
-Writes ``DIR/npu/step0/rank0/`` and ``DIR/bench/step0/rank0/`` (dump.json, stack.json,
+Writes ``DIR/npu/step0/rank<r>/`` and ``DIR/bench/step0/rank<r>/`` (dump.json, stack.json,
 construct.json; with ``--task tensor`` one float32 ``.pt`` file per tensor in
 ``dump_tensor_data/``, written as torch.save writes a single tensor: a stored zip holding
 data.pkl, byteorder and data/0). Node names follow a Llama-style decoder layer's PyTorch API
@@ -86,11 +86,12 @@ def tensor_entry(values: np.ndarray, data_name: str | None) -> dict[str, object]
 
 
 def write_side(root: Path, names: list[str], args: argparse.Namespace, scale_from: int,
-               scale: float) -> None:
-    rank = root / "step0" / "rank0"
+               scale: float, rank_id: int = 0) -> None:
+    rank = root / "step0" / f"rank{rank_id}"
     data_dir = rank / "dump_tensor_data"
     data_dir.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(1234)  # the same values on both sides, before scaling
+    # the same values on both sides, before scaling; each rank its own (data parallelism)
+    rng = np.random.default_rng(1234 + rank_id)
     tensor = args.task == "tensor"
     data: dict[str, object] = {}
     for i, name in enumerate(names):
@@ -123,11 +124,13 @@ def main() -> None:
     ap.add_argument("--task", choices=["statistics", "tensor"], default="statistics")
     ap.add_argument("--numel", type=int, default=64, help="elements per tensor (float32)")
     ap.add_argument("--fail-from", type=float, default=0.5, help="fraction; 1 = no failure")
+    ap.add_argument("--ranks", type=int, default=1, help="ranks of one step, values apart")
     args = ap.parse_args()
     names = node_names(args.nodes)
     scale_from = int(args.fail_from * args.nodes)
-    write_side(args.out / "bench", names, args, len(names) + 1, 1.0)
-    write_side(args.out / "npu", names, args, scale_from, 1.02)
+    for rank_id in range(args.ranks):
+        write_side(args.out / "bench", names, args, len(names) + 1, 1.0, rank_id)
+        write_side(args.out / "npu", names, args, scale_from, 1.02, rank_id)
     pair_mb = sum(p.stat().st_size for p in args.out.rglob("*") if p.is_file()) / 2**20
     print(json.dumps({"nodes": len(names), "task": args.task, "pair_mb": round(pair_mb, 1),
                       "npu": str(args.out / "npu"), "bench": str(args.out / "bench")}))

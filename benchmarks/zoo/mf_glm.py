@@ -13,6 +13,7 @@ Subcommands::
   python mf_glm.py init  --out init.npz                 # pt: seed-0 model -> HF state_dict + ids
   python mf_glm.py pt    --init init.npz [--dump-path D --level L1] [--save-logits F]
   python mf_glm.py ms    --init init.npz [--dump-path D --level L1] [--bug B] [--save-logits F]
+  (pt/ms: --precision fp32|fp16|bf16, default fp32; bf16 has no MindSpore CPU kernels)
 
 Model: vocab 64, hidden 32, 4 heads (head_dim 8), 2 kv groups (GQA), FFN 64 (SwiGLU,
 fused gate_up), 2 layers, RMSNorm eps 1e-6, q/k/v bias, partial interleaved rotary (half of
@@ -34,6 +35,7 @@ model's own uint8 mask times -10000 wraps to +240 on CPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import tempfile
@@ -102,6 +104,13 @@ def cmd_pt(args: argparse.Namespace) -> None:
     for k in sd:  # the model is rebuilt from the seed; check it equals init.npz
         if not np.array_equal(sd[k].numpy(), z[k]):
             raise SystemExit(f"{k}: rebuilt model differs from {args.init}")
+    if args.precision == "bf16":  # the usual HF way: the whole model (and AdamW state) in bf16
+        m.to(torch.bfloat16)
+    # fp16: autocast (fp32 master weights, fp16 matmuls: HF Trainer's fp16=True, no grad
+    # scaler); m.half() + AdamW(eps=1e-8) gives NaN at step 1 (eps rounds to 0 in fp16, 0/0
+    # for the embedding rows no id uses)
+    amp = (torch.autocast("cpu", dtype=torch.float16) if args.precision == "fp16"
+           else contextlib.nullcontext())
     ids = torch.from_numpy(z["__ids__"])
     inp, tgt = ids[:, :-1], ids[:, 1:]
     debugger = None
@@ -116,14 +125,15 @@ def cmd_pt(args: argparse.Namespace) -> None:
     for step in range(args.steps):
         if debugger:
             debugger.start(m)
-        logits = m(input_ids=inp).logits
+        with amp:
+            logits = m(input_ids=inp).logits
         loss = F.cross_entropy(logits.float().reshape(-1, V), tgt.reshape(-1))
         loss.backward()
         if debugger:
             debugger.stop()
             debugger.step()
         if step == 0 and args.save_logits:
-            np.save(args.save_logits, logits.detach().numpy())
+            np.save(args.save_logits, logits.detach().float().numpy())
         opt.step()
         opt.zero_grad()
         losses.append(float(loss.item()))
@@ -172,15 +182,28 @@ def ms_setup() -> None:
     gm.ChatGLM2RMSNorm.__init__ = init
 
 
-def ms_model() -> Any:
+# --precision bf16 / fp16: MindFormers' own GLM-4 training dtypes
+# (configs/glm4/finetune_glm4_9b.yaml): low-precision compute (Linear matmuls, attention
+# scores/context), fp32 master weights, fp32 RMSNorm, fp32 rotary, fp32 residual
+# (ChatGLM2Config default; the yaml does not set it), softmax in fp32
+# (attention_softmax_in_fp32: True). fp16 is that yaml with compute_dtype float16 (what
+# 910A, which has no bf16, runs). MindSpore 2.10 CPU has no bf16 MatMul / BatchMatMul /
+# Softmax / Sigmoid kernel ("Select CPU operator[MatMul] fail! Unsupported data type!").
+PRECISIONS = ("fp32", "bf16", "fp16")
+MF_DTYPES = {p: {"param_init_type": "float32",
+                 "compute_dtype": {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[p],
+                 "layernorm_compute_type": "float32", "residual_dtype": "float32",
+                 "rotary_dtype": "float32"} for p in PRECISIONS}
+
+
+def ms_model(precision: str = "fp32") -> Any:
     from mindformers.models.glm2 import ChatGLM2Config, ChatGLM2ForConditionalGeneration
 
     cfg = ChatGLM2Config(
         batch_size=B, num_layers=L, padded_vocab_size=V, hidden_size=D, ffn_hidden_size=FF,
         kv_channels=HD, num_attention_heads=H, seq_length=T, layernorm_epsilon=EPS,
         add_qkv_bias=True, add_bias_linear=False, multi_query_attention=True,
-        multi_query_group_num=KV, param_init_type="float32", compute_dtype="float32",
-        layernorm_compute_type="float32", residual_dtype="float32", rotary_dtype="float32",
+        multi_query_group_num=KV, **MF_DTYPES[precision], attention_softmax_in_fp32=True,
         qkv_concat=False, mlp_concat=True, use_flash_attention=False, use_past=False,
         hidden_dropout=0.0, attention_dropout=0.0)
     return ChatGLM2ForConditionalGeneration(cfg)
@@ -254,7 +277,7 @@ def cmd_ms(args: argparse.Namespace) -> None:
     import numpy as np
     from mindspore import Tensor
 
-    m = ms_model()
+    m = ms_model(args.precision)
     z = np.load(args.init)
     params = {p.name: p for p in m.get_parameters() if "paged_attention_mgr" not in p.name}
     src = {hf_to_mf_name(k): k for k in z.files if k != "__ids__"}
@@ -269,7 +292,7 @@ def cmd_ms(args: argparse.Namespace) -> None:
 
     if args.save_logits:
         m.set_train(False)
-        out = m(inp, attention_mask=mask)[0]
+        out = m(inp, attention_mask=mask)[0].astype(ms.float32)  # compute dtype
         np.save(args.save_logits, out.asnumpy().reshape(B, T, V))
     m.set_train(True)
     debugger = None
@@ -311,6 +334,9 @@ def main() -> None:
         p.add_argument("--task", default="tensor", choices=["tensor", "statistics"])
         p.add_argument("--steps", type=int, default=1)
         p.add_argument("--save-logits")
+        p.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                       help="pt: bf16 model.to(bfloat16), fp16 autocast; ms: MindFormers' "
+                            "GLM-4 training dtypes with that compute_dtype")
         if name == "ms":
             p.add_argument("--bug", default="", choices=BUGS)
     args = ap.parse_args()
