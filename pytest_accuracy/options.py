@@ -86,7 +86,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("local-norm-step", "int", "compare per-parameter gradient norms at this step "
            "(default: the first)"),
     Option("items", "choice", "compare items: auto (one per node up to 2000 nodes, else one "
-           "per layer or run of up to 64 nodes), node, region", ("auto", "node", "region")),
+           "per layer or run of up to 64 nodes; one per rank when a step's ranks hold 16 MB of "
+           "dump.json), node, region, rank", ("auto", "node", "region", "rank")),
     Option("align", "choice", "pairing: auto (names where they hold, else aligned), always, name",
            ("auto", "always", "name")),
     Option("suite", "choice", "built-in suite: auto (when inputs are given on the command line "

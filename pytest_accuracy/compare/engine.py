@@ -145,6 +145,16 @@ class Comparison:
             self._pool.shutdown(wait=True)
             self._pool = None
 
+    def discard(self) -> None:
+        """Close, and let go of everything held (models, results, the cached helpers): those
+        hold bound methods of this object, a cycle that only a full collection would free,
+        and a run's models would then pile up rank after rank."""
+        self.close()
+        prov = vars(self).get("provenance")
+        if prov is not None:  # its made_inside holds it and this object's bench_call
+            vars(prov).clear()
+        vars(self).clear()
+
     def bench_call(self, index: int) -> Call | None:
         if self._looked_up[index]:  # asked ~8 times a node: pairs are fixed once made
             return self._bench_calls[index]

@@ -63,6 +63,24 @@ def load_dumps(
     return DumpSet(root=root, dumps=dumps)
 
 
+def dump_files(path: str | Path, *, steps: Iterable[int] | None = None,
+               ranks: Iterable[int] | None = None) -> list[tuple[int, int, Path]] | None:
+    """The (step, rank, dump.json) of an msprobe dump, selection applied, read from the
+    folders alone (no file is parsed); None for anything else (MindSpore's native Dump, a
+    path that is not there: ``load_dumps`` says what is wrong with it)."""
+    root = Path(path)
+    try:
+        if not root.exists() or _is_native(root):
+            return None
+        found = _locate(root)
+    except OSError:
+        return None
+    step_set = set(steps) if steps is not None else None
+    rank_set = set(ranks) if ranks is not None else None
+    return [(s, r, p) for s, r, p in found
+            if (step_set is None or s in step_set) and (rank_set is None or r in rank_set)]
+
+
 def holds_tensor_files(path: str | Path) -> bool | None:
     """Whether the msprobe dumps under ``path`` have tensor files (a ``dump_tensor_data``
     folder with entries beside a dump.json); None where the folders alone do not tell (no

@@ -148,7 +148,7 @@ def _merged_compare(parts: Sequence[Part]) -> dict[str, Any] | None:
     nodes = sorted((n for c in compares for n in c.get("nodes") or []),
                    key=lambda n: (int(n["step"]), int(n["rank"])))
     first = _earliest(c.get("first_divergence") for c in compares)
-    _carry_across_shards(nodes)
+    carry_across_shards(nodes)
     for node in nodes:
         # A part flags its own first divergence; only the earliest over all parts stays flagged.
         if "first_divergence" in node:
@@ -162,7 +162,7 @@ def _merged_compare(parts: Sequence[Part]) -> dict[str, Any] | None:
             "ranks": rank_table(nodes)}
 
 
-def _carry_across_shards(nodes: list[dict[str, Any]]) -> None:
+def carry_across_shards(nodes: list[dict[str, Any]]) -> None:
     """A shard cannot see divergence in the shards before it: a node that failed there only
     because its inputs or a parameter differed ("between", "parameter", no finding of its
     own: perhaps updated by the earlier divergence's gradients) or because a parameter

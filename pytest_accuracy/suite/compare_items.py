@@ -9,7 +9,7 @@ from typing import Any, Literal
 import pytest
 
 from pytest_accuracy.compare import Comparison, NodeResult
-from pytest_accuracy.compare.bench_coverage import bench_coverage
+from pytest_accuracy.compare.bench_coverage import BenchCoverage, bench_coverage
 from pytest_accuracy.compare.divergence import (
     FirstDivergence,
     describe,
@@ -28,7 +28,14 @@ from pytest_accuracy.text import escape_controls
 
 class CompareGroup(AccuracyGroup):
     def collect(self) -> Iterator[pytest.Item]:
-        cmp = self.config.stash[STATE_KEY].comparison  # input errors become collection errors
+        from pytest_accuracy.suite.rank_items import rank_items, rank_mode
+
+        state = self.config.stash[STATE_KEY]
+        ranks = rank_mode(self.config, state)
+        if ranks is not None:  # many ranks: each item reads its own
+            yield from rank_items(self, state, ranks)
+            return
+        cmp = state.comparison  # input errors become collection errors
         scopes = setting(self.config, "scope") or []
         chosen = [i for i, (_, call) in enumerate(cmp.entries)
                   if not scopes or any(fnmatch.fnmatchcase(call.name, s) for s in scopes)]
@@ -197,47 +204,62 @@ class CoverageItem(AccuracyItem):
     def runtest(self) -> None:
         state = self.config.stash[STATE_KEY]
         cmp: Comparison = state.comparison
-        share = cmp.matched_share()
-        need = state.criteria.min_matched
-        total = len(cmp)
-        matched = round(share * total)
-        nonfinite = find_first_nonfinite(cmp)
-        theirs = bench_coverage(cmp)
-        self.stash[RECORD_KEY] = {"coverage": {"matched": matched, "total": total,
-                                               "matched_share": share, "min_matched": need,
-                                               **theirs.as_dict()},
-                                  "first_nonfinite": nonfinite.as_dict() if nonfinite else None,
-                                  **_compared_on(cmp)}
+        record, theirs = coverage_record(cmp, state.criteria.min_matched)
+        self.stash[RECORD_KEY] = record
         _write_inferred_mapping(self.config, cmp)
-        if total == 0 or matched == 0:
-            raise AccuracyError([
-                f"Nothing comparable matched: 0 of {total} NPU nodes found a bench counterpart.",
+        problem = coverage_problem(cmp, record["coverage"], theirs)
+        if problem:
+            raise AccuracyError(problem)
+
+
+def coverage_record(cmp: Comparison, need: float) -> tuple[dict[str, Any], BenchCoverage]:
+    """How many NPU nodes found a counterpart (and bench nodes an NPU one), the first
+    NaN/Inf, and what was compared on: the "coverage" part of the JSON document."""
+    share = cmp.matched_share()
+    total = len(cmp)
+    nonfinite = find_first_nonfinite(cmp)
+    theirs = bench_coverage(cmp)
+    return {"coverage": {"matched": round(share * total), "total": total,
+                         "matched_share": share, "min_matched": need, **theirs.as_dict()},
+            "first_nonfinite": nonfinite.as_dict() if nonfinite else None,
+            **_compared_on(cmp)}, theirs
+
+
+def coverage_problem(cmp: Comparison, coverage: dict[str, Any],
+                     theirs: BenchCoverage) -> list[str] | None:
+    """Why the run's coverage fails it, in lines; None where it holds."""
+    total, matched, share = coverage["total"], coverage["matched"], coverage["matched_share"]
+    need = coverage["min_matched"]
+    if total == 0 or matched == 0:
+        return [f"Nothing comparable matched: 0 of {total} NPU nodes found a bench counterpart.",
                 f"NPU {cmp.npu.framework} dump {cmp.npu.root}, bench {cmp.bench.framework} "
-                f"dump {cmp.bench.root}."])
-        if not any(_has_common_output(cmp, i) for i in range(total)):  # stops at the first
-            raise AccuracyError([
-                f"Nothing was compared: none of the {matched} matched NPU nodes has a tensor "
+                f"dump {cmp.bench.root}."]
+    if not any(_has_common_output(cmp, i) for i in range(total)):  # stops at the first
+        return [f"Nothing was compared: none of the {matched} matched NPU nodes has a tensor "
                 "output that the bench also recorded, so no accuracy was checked.",
-                f"NPU dump {cmp.npu.root}, bench dump {cmp.bench.root}."])
-        missing = sorted(set(cmp.npu.keys()) - set(cmp.bench.keys()))
-        if missing:  # the merge of shards fails on it: so does one run
-            where = ", ".join(f"step {s} rank {r}" for s, r in missing[:5])
-            raise AccuracyError([
-                f"{len(missing)} NPU step/rank dump(s) have no bench counterpart ({where}"
-                f"{' ...' if len(missing) > 5 else ''}): their nodes were not checked.",
-                "Give the bench run's dumps of the same steps and ranks, or select the ones "
-                "both runs have (--acc-steps-select, --acc-ranks)."])
-        if share < need:
-            raise AccuracyError([
-                f"Only {matched} of {total} NPU nodes ({share:.1%}) found a bench counterpart "
+                f"NPU dump {cmp.npu.root}, bench dump {cmp.bench.root}."]
+    missing = sorted(set(cmp.npu.keys()) - set(cmp.bench.keys()))
+    if missing:  # the merge of shards fails on it: so does one run
+        return missing_lines(missing)
+    if share < need:
+        return [f"Only {matched} of {total} NPU nodes ({share:.1%}) found a bench counterpart "
                 f"(at least {need:.0%} required).",
-                "Unmatched nodes are skipped items; see the summary for the list."])
-        if theirs.skipped:
-            raise AccuracyError([
-                f"The NPU run skips {len(theirs.skipped)} bench module call(s) whose like "
+                "Unmatched nodes are skipped items; see the summary for the list."]
+    if theirs.skipped:
+        return [f"The NPU run skips {len(theirs.skipped)} bench module call(s) whose like "
                 "siblings all have an NPU counterpart:", *theirs.skipped_lines(),
                 "A layer the NPU model leaves out (its config's layer count, a condition that "
-                "skips it) computes nothing there: compare the two models' structure."])
+                "skips it) computes nothing there: compare the two models' structure."]
+    return None
+
+
+def missing_lines(missing: list[tuple[int, int]]) -> list[str]:
+    """NPU (step, rank) dumps with no bench counterpart, as a coverage failure."""
+    where = ", ".join(f"step {s} rank {r}" for s, r in missing[:5])
+    return [f"{len(missing)} NPU step/rank dump(s) have no bench counterpart ({where}"
+            f"{' ...' if len(missing) > 5 else ''}): their nodes were not checked.",
+            "Give the bench run's dumps of the same steps and ranks, or select the ones "
+            "both runs have (--acc-steps-select, --acc-ranks)."]
 
 
 def _compared_on(cmp: Comparison) -> dict[str, Any]:

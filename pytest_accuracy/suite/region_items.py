@@ -42,27 +42,51 @@ class RegionItem(AccuracyItem):
         self.region = region
 
     def runtest(self) -> None:
-        from pytest_accuracy.suite.compare_items import judge_node, record_detail
+        from pytest_accuracy.suite.compare_items import record_detail
 
         cmp = self.config.stash[STATE_KEY].comparison
         detail = record_detail(self.config)
-        judged = []
-        indices = self.region.indices
-        for at, index in enumerate(indices):
-            judged.append(judge_node(cmp, index, indices[at + 1:at + 8], detail=detail))
-        records = [record for _, _, record in judged]
-        # a plain pass (compare/plain.py) never fails: failures are full results
-        failing = [(result, own) for result, own, _ in judged
-                   if isinstance(result, NodeResult) and result.status == "fail"]
-        # step, rank and order of the region's first failure: failures print in run order
-        lead = failing[0][0] if failing else judged[0][0]
-        self.stash[RECORD_KEY] = {"region": self.region.name, "region_nodes": records,
-                                  "step": lead.step, "rank": lead.rank, "order": lead.index}
-        # a plain pass's record without rows is JSON-native as built (tests/test_plain_pass.py
-        # checks): the rest are checked here, not the whole region again at the report
-        self.stash[NATIVE_KEY] = all((type(result) is PlainPass and detail != "rows")
-                                     or json_native(record) for result, _, record in judged)
-        _outcome(self.region, [result for result, _, _ in judged], failing)
+        judged = judge_region(cmp, self.region.indices, detail)
+        self.stash[RECORD_KEY], self.stash[NATIVE_KEY] = region_record(self.region, judged,
+                                                                       detail)
+        outcome(self.region, judged)
+
+
+Judged = list[tuple[NodeResult | PlainPass, FirstDivergence | None, dict[str, Any]]]
+
+
+def judge_region(cmp: Comparison, indices: Sequence[int], detail: Any) -> Judged:
+    """Each node judged in order, the next few read ahead meanwhile."""
+    from pytest_accuracy.suite.compare_items import judge_node
+
+    return [judge_node(cmp, index, indices[at + 1:at + 8], detail=detail)
+            for at, index in enumerate(indices)]
+
+
+def region_record(region: Region, judged: Judged, detail: Any) -> tuple[dict[str, Any], bool]:
+    """The item's record (its nodes' records) and whether it is JSON-native as built."""
+    records = [record for _, _, record in judged]
+    failing = _failing(judged)
+    # step, rank and order of the region's first failure: failures print in run order
+    lead = failing[0][0] if failing else judged[0][0]
+    record = {"region": region.name, "region_nodes": records, "step": lead.step,
+              "rank": lead.rank, "order": lead.index}
+    # a plain pass's record without rows is JSON-native as built (tests/test_plain_pass.py
+    # checks): the rest are checked here, not the whole region again at the report
+    native = all((type(result) is PlainPass and detail != "rows") or json_native(rec)
+                 for result, _, rec in judged)
+    return record, native
+
+
+def outcome(region: Region, judged: Judged) -> None:
+    """Raise the region's verdict (see ``_outcome``)."""
+    _outcome(region, [result for result, _, _ in judged], _failing(judged))
+
+
+def _failing(judged: Judged) -> list[tuple[NodeResult, FirstDivergence | None]]:
+    # a plain pass (compare/plain.py) never fails: failures are full results
+    return [(result, own) for result, own, _ in judged
+            if isinstance(result, NodeResult) and result.status == "fail"]
 
 
 def _outcome(region: Region, results: list[NodeResult | PlainPass],

@@ -67,12 +67,31 @@ class SuiteState:
         return Comparison(npu, bench, self.criteria,
                           self.pairing(), inputs=inputs)
 
-    def _load(self, path: Path) -> DumpSet:
+    def rank_comparison(self, rank: int) -> Comparison:
+        """One rank's compare (every selected step of it), read when its item runs and let
+        go with it: what a process holds grows with the largest rank, not the sum."""
+        from pytest_accuracy.compare import Comparison
+
+        assert self.npu is not None and self.bench is not None
+        npu, bench = self._load(self.npu, rank), self._load(self.bench, rank)
+        same = same_run(npu, bench)
+        if same:
+            from pytest_accuracy.errors import AccuracyInputError
+
+            raise AccuracyInputError(str(self.npu), same)
+        check_levels(npu, bench)
+        check_tasks(npu, bench)
+        inputs = str(typed_setting(self.config, "inputs") or "failing")
+        return Comparison(npu, bench, self.criteria, self.pairing(), inputs=inputs)
+
+    def _load(self, path: Path, rank: int | None = None) -> DumpSet:
         """The dump with --acc-steps-select / --acc-ranks applied; an empty selection is named."""
         from pytest_accuracy.dumps.layout import load_dumps
 
         steps = parse_int_set(setting(self.config, "steps_select"), "steps")
         ranks = parse_int_set(setting(self.config, "ranks"), "ranks")
+        if rank is not None:
+            ranks = {rank}
         dumps = load_dumps(path, steps=steps, ranks=ranks)
         if not dumps.dumps and (steps is not None or ranks is not None):
             every = load_dumps(path).keys()
@@ -132,9 +151,19 @@ def same_run(npu: DumpSet, bench: DumpSet) -> str | None:
     or not, or files of the same bytes at every step and rank both hold), else None: a run
     against itself passes whatever it holds."""
     keys = sorted(set(npu.dumps) & set(bench.dumps))
-    if not keys:
+    return _one_run([(npu.dumps[k].path, bench.dumps[k].path) for k in keys])
+
+
+def same_run_files(npu: list[tuple[int, int, Path]], bench: list[tuple[int, int, Path]]
+                   ) -> str | None:
+    """``same_run`` from the dump.json files alone (``layout.dump_files``), none parsed."""
+    theirs = {(s, r): p for s, r, p in bench}
+    return _one_run([(p, theirs[(s, r)]) for s, r, p in npu if (s, r) in theirs])
+
+
+def _one_run(pairs: list[tuple[Path, Path]]) -> str | None:
+    if not pairs:
         return None
-    pairs = [(npu.dumps[k].path, bench.dumps[k].path) for k in keys]
     if all(a.resolve() == b.resolve() for a, b in pairs):
         how = "the same files"
     elif all(a.is_file() and b.is_file() and _same_bytes(a, b) for a, b in pairs):

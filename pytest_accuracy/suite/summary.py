@@ -27,6 +27,11 @@ class AccuracyResults:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.nodes: list[dict[str, Any]] = []
+        # passing nodes a rank item counted instead of sending (a gate writing no document
+        # needs no more of them), and the waivers their names matched
+        self.passes = 0
+        self.ranked = False  # records came from rank items
+        self.waivers_matched: set[str] = set()
         self.groups: dict[str, list[dict[str, Any]]] = {}
         self.coverage: dict[str, Any] | None = None
         self.nonfinite: dict[str, Any] | None = None
@@ -91,8 +96,24 @@ class AccuracyResults:
             self.groups.setdefault(record["group"], []).append(record)
             self.group_ids[id(record)] = report.nodeid
         else:
-            for node in record.get("region_nodes") or [record]:  # a region item: its nodes
+            nodes = record.get("region_nodes", [record])
+            for node in nodes:  # a region or rank item: its nodes
                 self._add_node(node)
+            if "rank_coverage" in record:  # a rank item: its rank's share of the coverage
+                self._add_rank_coverage(record["rank_coverage"])
+                self.ranked = True
+                self.passes += int(record.get("passes", 0))
+                self.waivers_matched.update(record.get("waivers_matched") or ())
+
+    def _add_rank_coverage(self, part: dict[str, Any]) -> None:
+        """The run's coverage, summed over its rank items as they arrive."""
+        from pytest_accuracy.suite.rank_items import add_coverage
+
+        self.coverage = add_coverage(self.coverage, part["coverage"])
+        found = part.get("first_nonfinite")
+        if found and (self.nonfinite is None or _earlier(found, self.nonfinite)):
+            self.nonfinite = found
+        self.compared_on = self.compared_on or part.get("compared_on")
 
     def _add_node(self, record: dict[str, Any]) -> None:
         first = record.pop("first", None)
@@ -145,10 +166,10 @@ class AccuracyResults:
         for group, records in sorted(self.groups.items()):
             lines += group_lines(group, records)
         state = self.config.stash.get(STATE_KEY, None)
-        criteria = getattr(state, "criteria", None) if self.nodes else None
+        criteria = getattr(state, "criteria", None) if self.nodes or self.passes else None
         if criteria is not None and criteria.waivers:
-            lines += stale_waivers(criteria.waivers, self.nodes)
-        lines += compare_verdict_lines(self.nodes, self.first)
+            lines += stale_waivers(criteria.waivers, self.nodes, self.waivers_matched)
+        lines += compare_verdict_lines(self.nodes, self.first, self.passes)
         return [escape_controls(line) for line in lines]  # names come from other machines
 
     def verdict(self, exitstatus: int) -> str:
@@ -160,13 +181,19 @@ class AccuracyResults:
         config = session.config
         if hasattr(config, "workerinput"):
             return  # only the controller writes the one document
+        if self.ranked:  # each rank item saw its rank alone, as a shard of a merge does
+            from pytest_accuracy.report.merge import carry_across_shards
+
+            self.nodes.sort(key=_order)
+            carry_across_shards(self.nodes)
         settle_nodes(self.nodes, self.first)
-        why = run_failure(self.nodes) if session.exitstatus == 0 else None
-        if why is None and session.exitstatus == 0 and not self.nodes:
+        why = run_failure(self.nodes, self.passes) if session.exitstatus == 0 else None
+        if why is None and session.exitstatus == 0 and not self.nodes and not self.passes:
             why = groups_unchecked(self.groups)
         if why is None and session.exitstatus == 0 and typed_setting(config, "strict_waivers"):
             state = config.stash.get(STATE_KEY, None)
-            stale = stale_waivers(state.criteria.waivers, self.nodes) if state else []
+            stale = (stale_waivers(state.criteria.waivers, self.nodes, self.waivers_matched)
+                     if state else [])
             why = f"--acc-strict-waivers: {stale[0]}" if stale else None
         if why is not None:
             # carried nodes are xfailed and skipped ones are not checked: the run still fails,
@@ -259,15 +286,16 @@ def _order(node: dict[str, Any]) -> tuple[int, int, int]:
     return (node["step"], node["rank"], node.get("order", 0))
 
 
-def run_failure(nodes: list[dict[str, Any]]) -> str | None:
-    """Why a run whose items all passed, xfailed or skipped still fails, else None."""
+def run_failure(nodes: list[dict[str, Any]], passes: int = 0) -> str | None:
+    """Why a run whose items all passed, xfailed or skipped still fails, else None;
+    ``passes``: passing nodes counted, not listed."""
     carried = [n for n in nodes if n["status"] == "carried"]
     if carried:
         return (f"{len(carried)} compared nodes carry a divergence whose cause was not among "
                 f"the items run (the first is carried from {carried[0]['carried_from']}): run "
                 "the cause too, or waive it with known_divergence.")
     checked = [n for n in nodes if n["status"] in ("pass", "fail", "waived")]
-    if nodes and not checked:
+    if nodes and not checked and not passes:
         reasons = sorted({str(n.get("reason") or n["status"]).splitlines()[0] for n in nodes})
         return (f"Nothing was checked: all {len(nodes)} compared nodes were skipped "
                 f"({'; '.join(reasons[:3])}{' ...' if len(reasons) > 3 else ''}).")
@@ -321,16 +349,19 @@ def waived_sentence(nodes: list[dict[str, Any]], waived: int) -> str:
             f"{carry}: {named}{more}.")
 
 
-def stale_waivers(waivers: Any, nodes: list[dict[str, Any]]) -> list[str]:
-    """A waiver whose pattern matched no compared node: said, since a stale one would hide the
-    next bug at a node it comes to match."""
+def stale_waivers(waivers: Any, nodes: list[dict[str, Any]],
+                  matched: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """A waiver whose pattern matched no compared node (``matched``: the patterns passing
+    nodes counted, not listed, matched): said, since a stale one would hide the next bug at a
+    node it comes to match."""
     import fnmatch
 
     # a waiver names a node or an op (a name's dotted part: linear, RMSNorm)
     names = {part for n in nodes for part in (n["npu_name"], *n["npu_name"].split("."))}
     return [f"Waiver {w.pattern!r} ({w.reason}) matched no compared node: remove it or fix its "
             "pattern (a stale waiver hides the next bug there)."
-            for w in waivers if not any(fnmatch.fnmatchcase(name, w.pattern) for name in names)]
+            for w in waivers if w.pattern not in matched
+            and not any(fnmatch.fnmatchcase(name, w.pattern) for name in names)]
 
 
 def settle_nodes(nodes: list[dict[str, Any]], first: dict[str, Any] | None) -> None:
@@ -358,11 +389,14 @@ def settle_nodes(nodes: list[dict[str, Any]], first: dict[str, Any] | None) -> N
             node["carried_from"] = latest
 
 
-def compare_verdict_lines(nodes: list[dict[str, Any]], first: dict[str, Any] | None) -> list[str]:
-    """How many nodes make, carry or escape a divergence; the first divergence comes last."""
-    if not nodes:
+def compare_verdict_lines(nodes: list[dict[str, Any]], first: dict[str, Any] | None,
+                          passes: int = 0) -> list[str]:
+    """How many nodes make, carry or escape a divergence; the first divergence comes last.
+    ``passes``: passing nodes counted, not listed."""
+    if not nodes and not passes:
         return []
     counted = Counter(n["status"] for n in nodes)  # one pass over 100k nodes, not seven
+    counted["pass"] += passes
     count = {s: counted[s]
              for s in ("pass", "fail", "carried", "error", "skip", "unmatched", "waived")}
     lines = []
@@ -398,8 +432,9 @@ def compare_verdict_lines(nodes: list[dict[str, Any]], first: dict[str, Any] | N
     elif count["error"] and not count["pass"]:
         bad = next(n for n in nodes if n["status"] == "error")
         why = str(bad["reason"]).splitlines()[0] if bad["reason"] else "unreadable"
-        lines.append(f"Nothing could be compared: {count['error']} of {len(nodes)} nodes could "
-                     f"not be read (first: {bad['npu_name']}: {why}).")
+        lines.append(f"Nothing could be compared: {count['error']} of {len(nodes) + passes} "
+                     "nodes could not be read"
+                     f" (first: {bad['npu_name']}: {why}).")
     elif count["pass"] and count["waived"]:  # a waiver is a decision, never "no divergence"
         lines.append(f"No divergence beyond the {count['waived']} waived nodes above: the other "
                      f"{count['pass']} compared nodes meet the criteria.")
