@@ -89,7 +89,10 @@ class CompareItem(AccuracyItem):
             raise AccuracyError([f"{result.npu.name}: {result.reason}"])
         if result.status == "fail":
             assert isinstance(result, NodeResult)  # a plain pass never fails
-            raise AccuracyError(failure_lines(result, own))
+            from pytest_accuracy.suite.next_step import compare_next_step
+
+            after = compare_next_step(self, cmp, result) if own is not None else []
+            raise AccuracyError(failure_lines(result, own) + after)
 
 
 Detail = Literal["verdict", "record", "rows"]

@@ -78,7 +78,18 @@ class LossItem(AccuracyItem):
         if result.status == "skip":
             pytest.skip(escape_controls(result.message))
         if result.status == "fail":
-            raise AccuracyError(result.message.splitlines())
+            raise AccuracyError(result.message.splitlines() + self._next(report, result))
+
+    def _next(self, report: Any, result: Any) -> list[str]:
+        """The step this check names (where the curves part, else its worst), dumped next."""
+        from pytest_accuracy.suite.next_step import loss_next_step
+
+        step = report.divergence_step or next(iter(result.worst_steps), None)
+        if step is None:
+            return []
+        assert isinstance(self.parent, LossGroup)
+        npu, benches = self.parent.logs
+        return loss_next_step(self, npu, benches[0] if benches else None, int(step))
 
 
 def _criteria_dict(criteria: Any) -> dict[str, Any]:

@@ -89,12 +89,13 @@ class RankItem(AccuracyItem):
     def runtest(self) -> None:
         from pytest_accuracy.compare.regions import Region
         from pytest_accuracy.suite.compare_items import record_detail
-        from pytest_accuracy.suite.region_items import outcome, region_record
+        from pytest_accuracy.suite.region_items import next_action, outcome, region_record
 
         state = self.config.stash[STATE_KEY]
         cmp = state.rank_comparison(self.rank)
         try:
             judged, problem = self._judge(cmp, state)
+            after = next_action(self, cmp, judged)
         finally:
             cmp.discard()  # its threads, and its models before the next rank's are read
         region = Region(judged[0][0].step, self.rank, f"rank {self.rank}",
@@ -106,7 +107,7 @@ class RankItem(AccuracyItem):
         self.stash[RECORD_KEY] = {**record, "rank_coverage": self.coverage}
         if problem and not any(r.status == "fail" for r, _, _ in judged):
             raise AccuracyError(problem)
-        outcome(region, judged)
+        outcome(region, judged, after)
 
     def _judge(self, cmp: Comparison, state: SuiteState) -> tuple[Judged, list[str] | None]:
         from pytest_accuracy.suite.compare_items import (

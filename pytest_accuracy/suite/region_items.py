@@ -49,7 +49,7 @@ class RegionItem(AccuracyItem):
         judged = judge_region(cmp, self.region.indices, detail)
         self.stash[RECORD_KEY], self.stash[NATIVE_KEY] = region_record(self.region, judged,
                                                                        detail)
-        outcome(self.region, judged)
+        outcome(self.region, judged, next_action(self, cmp, judged))
 
 
 Judged = list[tuple[NodeResult | PlainPass, FirstDivergence | None, dict[str, Any]]]
@@ -78,9 +78,26 @@ def region_record(region: Region, judged: Judged, detail: Any) -> tuple[dict[str
     return record, native
 
 
-def outcome(region: Region, judged: Judged) -> None:
-    """Raise the region's verdict (see ``_outcome``)."""
-    _outcome(region, [result for result, _, _ in judged], _failing(judged))
+def outcome(region: Region, judged: Judged, after: list[str] | None = None) -> None:
+    """Raise the region's verdict (see ``_outcome``); a failure ends with ``after`` (the next
+    action for the node that makes the error)."""
+    try:
+        _outcome(region, [result for result, _, _ in judged], _failing(judged))
+    except AccuracyError as exc:
+        if after:
+            exc.lines += after
+            exc.args = ("\n".join(exc.lines),)
+        raise
+
+
+def next_action(item: pytest.Item, cmp: Comparison, judged: Judged) -> list[str]:
+    """The next action for the first node here that makes an error of its own, if any."""
+    failing = _failing(judged)
+    if not failing or failing[0][1] is None:
+        return []
+    from pytest_accuracy.suite.next_step import compare_next_step
+
+    return compare_next_step(item, cmp, failing[0][0])
 
 
 def _failing(judged: Judged) -> list[tuple[NodeResult, FirstDivergence | None]]:
