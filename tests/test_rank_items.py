@@ -104,8 +104,11 @@ def test_a_discarded_comparison_is_freed_without_a_collection() -> None:
 
 def test_auto_reads_rank_by_rank_past_the_size_where_it_pays(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_accuracy.suite import rank_items
+    import importlib
 
+    # by sys.modules, not the package's attribute: an earlier in-process run may have left
+    # the package pointing at a module object its cleanup dropped from sys.modules
+    rank_items = importlib.import_module("pytest_accuracy.suite.rank_items")
     items = pytester.runpytest(f"--acc-npu={BUG}", f"--acc-bench={GOLDEN}", "--co", "-q",
                                "-p", "no:cacheprovider")
     assert "accuracy::compare::rank0" not in items.stdout.str()  # 4 small ranks: per node
