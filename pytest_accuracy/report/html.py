@@ -17,6 +17,7 @@ def render_parts(doc: dict[str, Any], out_dir: Path, images: list[Path]) -> list
     """``render``'s page as the lines it joins with newlines."""
     from pytest_accuracy.report.html_compare import compare_section_parts, headline
     from pytest_accuracy.report.html_logs import config_section, loss_sections, precheck_section
+    from pytest_accuracy.report.html_suites import suites_section
 
     sections: list[Part] = []
     lines: list[str] = []
@@ -42,7 +43,7 @@ def render_parts(doc: dict[str, Any], out_dir: Path, images: list[Path]) -> list
         sections.append(precheck_section(doc["precheck"]))
     if doc.get("suites"):
         lines.append("Your suites: " + _counted(doc["suites"].get("tests"), "tests", "fail"))
-        sections.append(_suites(doc["suites"]))
+        sections.append(suites_section(doc["suites"]))
     sections.append(_inputs(doc))
     verdict = str(doc.get("verdict"))
     return page_parts(f"pytest-accuracy: {verdict.upper()}", verdict, "<br>".join(lines) or
@@ -57,19 +58,6 @@ def _counted(records: Any, unit: str, verb: str) -> str:
         return f"all {len(records)} {unit} pass"
     shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
     return f"{len(bad)} of {len(records)} {unit} {verb}: {esc(shown)}"
-
-
-def _suites(suites: dict[str, Any]) -> str:
-    """The user's own @accuracy tests: each with its outcome and the first line of its failure."""
-    from pytest_accuracy.report.html_page import section
-
-    rows = "".join(
-        f"<tr><td><code>{esc(t.get('name'))}</code></td><td class='s-{esc(t.get('status'))}'>"
-        f"{esc(t.get('status'))}</td><td>{esc(t.get('reason'))}</td></tr>"
-        for t in suites.get("tests") or [] if isinstance(t, dict))
-    return section("Your suites (@accuracy tests)", wide(
-        "<table class='sortable'><thead><tr><th>test</th><th>status</th><th>reason</th></tr>"
-        f"</thead><tbody>{rows}</tbody></table>"), "suites")
 
 
 def _note(note: Path) -> str | None:
@@ -104,7 +92,17 @@ def _inputs(doc: dict[str, Any]) -> str:
     inputs = doc.get("inputs")
     rows = "".join(f"<tr><td class='key'>{esc(k)}</td><td>{_input_value(v)}</td></tr>"
                    for k, v in (inputs.items() if isinstance(inputs, dict) else []))
-    return section("Inputs", wide(f"<table>{rows}</table>"), "inputs")
+    body = wide(f"<table>{rows}</table>") if rows else ""
+    suites = doc.get("suites")
+    if isinstance(suites, dict):
+        from pytest_accuracy.report.html_suites import suite_input_rows
+
+        mine = suite_input_rows(suites)
+        if mine:
+            body += ("<p>Read by your suite tests:</p>" + wide(
+                "<table class='sortable'><thead><tr><th>as</th><th>path</th><th>tests</th></tr>"
+                f"</thead><tbody>{mine}</tbody></table>"))
+    return section("Inputs", body or "<p class='note'>No inputs were named.</p>", "inputs")
 
 
 def _input_value(value: Any) -> str:

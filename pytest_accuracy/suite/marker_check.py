@@ -8,6 +8,7 @@ import pytest
 
 from pytest_accuracy.marker import marker_kwargs
 from pytest_accuracy.settings import loss_criteria
+from pytest_accuracy.suite.suite_records import MARKER_COMPARE_KEY, MARKER_LOSS_KEY
 
 
 def assert_marker(item: pytest.Item) -> None:
@@ -40,6 +41,7 @@ def _standard_lines(item: pytest.Item, marker: dict[str, Any], funcargs: dict[st
     else:
         npu, benches = _read_logs(item, marker)
     report = evaluate(npu, benches, loss_criteria(item.config, marker))
+    item.stash[MARKER_LOSS_KEY] = report  # its record shows these checks (suite_records)
     failed = [c for c in report.checks if c.status == "fail"]
     if not failed:
         return []
@@ -96,8 +98,9 @@ def _compare_lines(item: pytest.Item, marker: dict[str, Any], funcargs: dict[str
     if share == 0.0 or share < criteria.min_matched:
         return [head, f"only {round(share * len(cmp))} of {len(cmp)} NPU nodes found a bench "
                 f"counterpart (at least {criteria.min_matched:.0%} required)."]
+    report = item.stash[MARKER_COMPARE_KEY] = CompareReport(cmp)  # its record's divergence
     try:
-        CompareReport(cmp).assert_close()
+        report.assert_close()
     except AssertionError as exc:
         return [head, *str(exc).splitlines()]
     return []

@@ -1,7 +1,7 @@
 """A user's own ``@accuracy`` tests as records of the ``suites`` group: each reaches the JSON
 document, the report page, the terminal summary and the Markdown summary like the built-in
 items (its outcome, the first line of its failure, its inputs, the first divergence its compare
-found)."""
+found, the loss checks its logs were held to)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,14 @@ from pytest_accuracy.text import headline
 
 _FIXTURES = ("acc_compare", "acc_npu_dump", "acc_bench_dump", "acc_npu_log", "acc_bench_logs")
 _FIRST_KEYS = ("npu_name", "bench_name", "step", "rank", "tensor", "reason", "likely_cause")
+# what the report's card needs to say what the node does; kept where the divergence has them
+_FIRST_MORE = ("kind", "finding", "previous", "through")
+_CHECK_KEYS = ("status", "measured", "allowed", "worst_steps", "message")
+_LOSS_KEYS = ("status", "divergence_step", "steps_compared", "steps_skipped")
+# What the marker's own assertion (suite.marker_check) computed, kept on the item for its
+# record: the CompareReport of a marker-only compare, the LossReport of its logs
+MARKER_COMPARE_KEY = pytest.StashKey[Any]()
+MARKER_LOSS_KEY = pytest.StashKey[Any]()
 
 
 def is_suite_test(item: pytest.Item) -> bool:
@@ -38,6 +46,9 @@ def suite_record(item: pytest.Item, report: pytest.TestReport) -> dict[str, Any]
     first = _first_divergence(item)
     if first is not None:
         record["first_divergence"] = first
+    loss = _loss(item)
+    if loss is not None:
+        record["loss"] = loss
     return record
 
 
@@ -58,11 +69,27 @@ def _inputs(item: pytest.Item) -> dict[str, Any]:
 
 
 def _first_divergence(item: pytest.Item) -> dict[str, Any] | None:
-    """The first divergence of the test's ``acc_compare``, when the test had it computed (a
-    report does not recompute a compare the test did not ask for)."""
+    """The first divergence of the test's ``acc_compare``, or of the compare the marker itself
+    asserted, when it was computed (a report does not recompute a compare no one asked for)."""
     report = getattr(item, "funcargs", {}).get("acc_compare")
+    if report is None:
+        report = item.stash.get(MARKER_COMPARE_KEY, None)
     first = vars(report).get("first_divergence") if report is not None else None
     if first is None:
         return None
     data = first.as_dict()
-    return {k: data.get(k) for k in _FIRST_KEYS}
+    more = {k: data[k] for k in _FIRST_MORE if data.get(k) is not None}
+    return {**{k: data.get(k) for k in _FIRST_KEYS}, **more}
+
+
+def _loss(item: pytest.Item) -> dict[str, Any] | None:
+    """The loss checks the marker held the test's logs to, as ``loss.checks`` of the JSON
+    document has them (name -> status, measured, allowed, worst steps, message)."""
+    report = item.stash.get(MARKER_LOSS_KEY, None)
+    if report is None:
+        return None
+    data = report.to_dict()
+    out: dict[str, Any] = {k: data.get(k) for k in _LOSS_KEYS}
+    out["checks"] = {str(c.get("name")): {k: c.get(k) for k in _CHECK_KEYS}
+                     for c in data.get("checks") or []}
+    return out

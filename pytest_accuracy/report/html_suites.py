@@ -1,0 +1,109 @@
+"""The report page's part for a user's own ``@accuracy`` tests: a table linking to one block per
+test (failing tests first) with its outcome, summary, inputs, the first divergence its compare
+found and the loss checks its logs were held to, all as the test computed them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_accuracy.report.html_page import esc, section, wide
+
+# failing outcomes first, then the rest as they came
+_ORDER = {"fail": 0, "error": 0, "xpass": 1, "skip": 2, "xfail": 2, "pass": 3}
+
+
+def suite_tests(suites: dict[str, Any]) -> list[dict[str, Any]]:
+    return [t for t in suites.get("tests") or [] if isinstance(t, dict)]
+
+
+def anchor(index: int) -> str:
+    return f"suite-{index}"
+
+
+def suites_section(suites: dict[str, Any]) -> str:
+    """The table of tests (each row linked to its block), then the blocks, failing first."""
+    tests = suite_tests(suites)
+    rows = "".join(
+        f"<tr data-status='{esc(t.get('status'))}'><td><a href='#{anchor(i)}'><code>"
+        f"{esc(t.get('name'))}</code></a></td><td class='s-{esc(t.get('status'))}'>"
+        f"{esc(t.get('status'))}</td><td>{esc(t.get('reason'))}</td></tr>"
+        for i, t in enumerate(tests))
+    table = wide("<table class='sortable'><thead><tr><th>test</th><th>status</th>"
+                 f"<th>reason</th></tr></thead><tbody>{rows}</tbody></table>")
+    order = sorted(enumerate(tests), key=lambda it: (_ORDER.get(str(it[1].get("status")), 2),
+                                                     it[0]))
+    blocks = "".join(suite_block(i, t) for i, t in order)
+    return section("Your suites (@accuracy tests)", table + blocks, "suites")
+
+
+def suite_block(index: int, test: dict[str, Any]) -> str:
+    """One test: status, summary, inputs, first divergence, loss checks."""
+    status = esc(test.get("status"))
+    parts = [f"<div class='suite-test' id='{anchor(index)}' data-status='{status}'>",
+             f"<h3><code>{esc(test.get('name'))}</code> <span class='s-{status}'>{status}"
+             "</span></h3>"]
+    if test.get("summary"):
+        parts.append(f"<p class='summary'>{esc(test.get('summary'))}</p>")
+    parts.append(_inputs_list(test.get("inputs")))
+    first = test.get("first_divergence")
+    if isinstance(first, dict):
+        from pytest_accuracy.report.html_first import first_card
+
+        parts.append("<h4>Where it diverges</h4>" + first_card(first, {}))
+    loss = test.get("loss")
+    if isinstance(loss, dict):
+        parts.append(_loss_part(loss))
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _inputs_list(inputs: Any) -> str:
+    if not isinstance(inputs, dict) or not inputs:
+        return "<p class='note'>No inputs named by its marker.</p>"
+    from pytest_accuracy.report.html_compare import breakable
+
+    rows = []
+    for key, value in inputs.items():
+        paths = value if isinstance(value, (list, tuple)) else [value]
+        shown = ", ".join(f"<code>{breakable(p)}</code>" for p in paths)
+        rows.append(f"<dt>{esc(key)}</dt><dd>{shown}</dd>")
+    return f"<dl class='card'>{''.join(rows)}</dl>"
+
+
+def _loss_part(loss: dict[str, Any]) -> str:
+    """The migration standard's checks of the test's logs, as the built-in loss table."""
+    from pytest_accuracy.report.html_logs import _criteria_table
+
+    checks = loss.get("checks")
+    checks = checks if isinstance(checks, dict) else {}
+    failed = [n for n, c in checks.items() if isinstance(c, dict) and c.get("status") == "fail"]
+    head = (f"<h4>Training logs: {len(failed)} of {len(checks)} criteria missed"
+            + (f": {esc(', '.join(failed))}" if failed else "") + "</h4>")
+    clean = {str(n): c for n, c in checks.items() if isinstance(c, dict)}
+    return head + _criteria_table(loss, clean)
+
+
+def suite_input_rows(suites: dict[str, Any]) -> str:
+    """The Inputs section's rows for the suite tests: each distinct path, the key it was given
+    as and the tests (linked) that read it."""
+    from pytest_accuracy.report.html_compare import breakable
+
+    seen: dict[tuple[str, str], list[int]] = {}
+    for index, test in enumerate(suite_tests(suites)):
+        inputs = test.get("inputs")
+        for key, value in (inputs.items() if isinstance(inputs, dict) else []):
+            for path in value if isinstance(value, (list, tuple)) else [value]:
+                seen.setdefault((str(key), str(path)), []).append(index)
+    tests = suite_tests(suites)
+    rows = []
+    for (key, path), used in seen.items():
+        links = ", ".join(f"<a href='#{anchor(i)}'>{esc(_short(tests[i].get('name')))}</a>"
+                          for i in used)
+        rows.append(f"<tr><td class='key'>{esc(key)}</td><td><code>{breakable(path)}</code>"
+                    f"</td><td>{links}</td></tr>")
+    return "".join(rows)
+
+
+def _short(name: Any) -> str:
+    """A test's node id without its file: ``test_x[param]``."""
+    return str(name).rsplit("::", 1)[-1]
