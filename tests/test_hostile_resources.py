@@ -63,14 +63,24 @@ def _measure(code: str, tmp_path: Path) -> dict[str, object]:
     return result
 
 
-_LOAD = """
-from pytest_accuracy.dumps.tensors import load_array
+_READ = """
+from {module} import {reader}
 try:
-    load_array(Path(sys.argv[0]).parent / "{name}")
+    {reader}(Path(sys.argv[0]).parent / "{name}")
     done("loaded")
 except AccuracyInputError as exc:
     done(exc.problem)
 """
+
+
+def _read(reader: str, name: str) -> str:
+    """A child's code: ``reader`` (module.function) on the file or folder ``name`` beside
+    it; the outcome is "loaded" or the refusal's problem."""
+    module, _, function = reader.rpartition(".")
+    return _READ.format(module=module, reader=function, name=name)
+
+
+_LOAD_ARRAY = "pytest_accuracy.dumps.tensors.load_array"
 
 
 def test_deflate_bomb_pt(tmp_path: Path) -> None:
@@ -82,7 +92,7 @@ def test_deflate_bomb_pt(tmp_path: Path) -> None:
             for _ in range(300):
                 member.write(bytes(1 << 20))
     assert (tmp_path / "bomb.pt").stat().st_size < 2 << 20
-    out = _measure(_LOAD.format(name="bomb.pt"), tmp_path)
+    out = _measure(_read(_LOAD_ARRAY, "bomb.pt"), tmp_path)
     assert str(out["outcome"]).startswith(
         "compressed member 'archive/data/0' inflates to 314572800 is over the limit 268435456")
 
@@ -91,7 +101,7 @@ def test_stride_zero_pt_of_3_gb(tmp_path: Path) -> None:
     pkl = tensor_pickle(size=(800_000_000,), stride=(0,), numel=1)
     path = write_pt(tmp_path / "zero.pt", pkl, {"0": b"\0" * 4})
     assert path.stat().st_size < 1000
-    out = _measure(_LOAD.format(name="zero.pt"), tmp_path)
+    out = _measure(_read(_LOAD_ARRAY, "zero.pt"), tmp_path)
     assert str(out["outcome"]).startswith("the strides [0] expand 4 stored bytes to 3200000000")
 
 
@@ -101,7 +111,7 @@ def test_exponential_repr_in_a_pickle_error(tmp_path: Path) -> None:
     pkl = b"\x80\x02" + body + b"Q."
     with zipfile.ZipFile(tmp_path / "laughs.pt", "w") as archive:
         archive.writestr("archive/data.pkl", pkl)
-    out = _measure(_LOAD.format(name="laughs.pt"), tmp_path)
+    out = _measure(_read(_LOAD_ARRAY, "laughs.pt"), tmp_path)
     assert str(out["outcome"]).startswith("unexpected persistent id [[[[")
     assert len(str(out["outcome"])) < 300
 
@@ -118,7 +128,7 @@ def test_exponential_repr_in_a_pickle_error(tmp_path: Path) -> None:
 def test_declared_sizes_in_a_pickle(tmp_path: Path, body: bytes, problem: str) -> None:
     with zipfile.ZipFile(tmp_path / "s.pt", "w") as archive:
         archive.writestr("archive/data.pkl", b"\x80\x04" + body)
-    out = _measure(_LOAD.format(name="s.pt"), tmp_path)
+    out = _measure(_read(_LOAD_ARRAY, "s.pt"), tmp_path)
     assert str(out["outcome"]).startswith(problem)
 
 
@@ -126,7 +136,7 @@ def test_npy_header_of_50_mb(tmp_path: Path) -> None:
     with (tmp_path / "h.npy").open("wb") as fh:
         fh.write(b"\x93NUMPY\x02\x00" + (50_000_000).to_bytes(4, "little"))
         fh.write(b"{'descr': '<f4', 'fortran_order': False, 'shape': (" + b" " * 49_999_000)
-    out = _measure(_LOAD.format(name="h.npy"), tmp_path)
+    out = _measure(_read(_LOAD_ARRAY, "h.npy"), tmp_path)
     (tmp_path / "h.npy").unlink()  # 50 MB: pytest keeps the last three runs' tmp_path
     assert "header of 50000000 bytes, over the limit 65536" in str(out["outcome"])
 
@@ -172,15 +182,7 @@ def test_billion_laughs_waivers(tmp_path: Path) -> None:
     lines += [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]"
               for i in range(9)]
     (tmp_path / "w.yaml").write_text("\n".join(lines) + "\n")
-    code = """
-    from pytest_accuracy.compare.criteria import load_waivers
-    try:
-        load_waivers(Path(sys.argv[0]).parent / "w.yaml")
-        done("loaded")
-    except AccuracyInputError as exc:
-        done(exc.problem)
-    """
-    out = _measure(code, tmp_path)
+    out = _measure(_read("pytest_accuracy.compare.criteria.load_waivers", "w.yaml"), tmp_path)
     assert str(out["outcome"]).startswith("YAML nodes after alias expansion: ")
 
 
@@ -191,15 +193,7 @@ def test_construct_json_parent_chain_of_100k(tmp_path: Path) -> None:
              for i in range(100_000)}
     (rank / "construct.json").write_text(json.dumps(chain))
     (rank / "dump.json").write_text(json.dumps({"task": "statistics", "data": {}}))
-    code = """
-    from pytest_accuracy.dumps.layout import load_dumps
-    try:
-        load_dumps(Path(sys.argv[0]).parent / "d")
-        done("loaded")
-    except AccuracyInputError as exc:
-        done(exc.problem)
-    """
-    out = _measure(code, tmp_path)
+    out = _measure(_read("pytest_accuracy.dumps.layout.load_dumps", "d"), tmp_path)
     assert str(out["outcome"]).startswith("parent chain of 'Module.m1001.M.forward.0': 1001 is "
                                           "over the limit 1000")
 
@@ -231,15 +225,7 @@ def test_dump_json_of_2m_nodes_is_refused_by_the_node_limit_within_bounds(tmp_pa
         out.write('{"task": "statistics", "data": {')
         out.write(",".join(f'"Torch.add.{i}.forward": {{}}' for i in range(2_000_000)))
         out.write("}}")
-    code = """
-    from pytest_accuracy.dumps.layout import load_dumps
-    try:
-        load_dumps(Path(sys.argv[0]).parent / "d")
-        done("loaded")
-    except AccuracyInputError as exc:
-        done(exc.problem)
-    """
-    out = _measure(code, tmp_path)
+    out = _measure(_read("pytest_accuracy.dumps.layout.load_dumps", "d"), tmp_path)
     (rank / "dump.json").unlink()  # pytest keeps the last three runs' tmp_path
     assert out["outcome"] == ("nodes: 2000000 is over the limit 1000000 (nodes (records under "
                               "'data') of one dump.json; ACC_MAX_DUMP_NODES raises it)")
