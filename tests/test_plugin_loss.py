@@ -26,7 +26,7 @@ def test_good_run_passes_every_check(pytester: pytest.Pytester) -> None:
     out = pytester.path / "acc.json"
     result = run(pytester, "mindformers_npu.log", f"--acc-json={out}")
     assert result.ret == 0
-    assert result.parseoutcomes()["passed"] == 6
+    assert result.parseoutcomes()["passed"] == 7  # the standard six and the lr schedule
     doc = json.loads(out.read_text())
     loss = doc["loss"]
     assert doc["verdict"] == "pass" and loss["status"] == "pass"

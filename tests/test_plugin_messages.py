@@ -112,7 +112,7 @@ def test_loss_summary_lists_every_failing_check_and_the_divergence_step(
     result = run(pytester, f"--acc-npu-log={LOGS / 'npu_spike.log'}",
                  *(f"--acc-bench-log={b}" for b in BENCH_LOGS))
     lines = result.stdout.str().split("= accuracy =")[1].splitlines()[1:7]
-    assert lines[0] == "loss: 5 of 6 checks failed; the loss curves diverge from step 200."
+    assert lines[0] == "loss: 5 of 7 checks failed; the loss curves diverge from step 200."
     assert [line.split(":")[0] for line in lines[1:]] == [
         "  mean_loss", "  grad_norm", "  band", "  zero_centred", "  divergence"]
     assert lines[1] == (
@@ -182,5 +182,5 @@ def test_failing_log_marker_shows_the_test_and_criteria_not_plugin_code(
     assert section.splitlines()[1:3] == [
         "test_drift (test_failing_log_marker_shows_the_test_and_criteria_not_plugin_code.py:3) "
         "misses its @accuracy criteria:",
-        "Migration standard missed (4 of 6 checks):"]
+        "Migration standard missed (4 of 7 checks):"]
     assert "plugin.py" not in text and "Traceback" not in text

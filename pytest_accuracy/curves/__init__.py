@@ -55,6 +55,7 @@ from pytest_accuracy.curves.noise import (
     effective_criteria,
     find_divergence_step,
 )
+from pytest_accuracy.curves.schedule import check_lr
 from pytest_accuracy.curves.standard import check_first_loss, check_grad_norm, check_mean_loss
 from pytest_accuracy.logs.table import LogTable
 
@@ -71,6 +72,7 @@ __all__ = [
     "check_divergence",
     "check_first_loss",
     "check_grad_norm",
+    "check_lr",
     "check_mean_loss",
     "check_zero_centred",
     "compare_local_norms",
@@ -133,6 +135,7 @@ def evaluate(
         check_band(npu, benches, crit),
         check_zero_centred(npu, benches, crit),
         check_divergence(npu, benches, crit),
+        check_lr(npu, bench, crit),
     )
     p = pair(npu, bench, crit.loss_column, crit)
     m = {k: v for c in checks for k, v in c.measured.items()}

@@ -13,7 +13,7 @@ from pytest_accuracy.settings import log_reading, loss_criteria, path_setting, s
 from pytest_accuracy.suite import RECORD_KEY, AccuracyError, AccuracyGroup, AccuracyItem
 from pytest_accuracy.text import escape_controls
 
-CHECKS = ("first_loss", "mean_loss", "grad_norm", "band", "zero_centred", "divergence")
+CHECKS = ("first_loss", "mean_loss", "grad_norm", "band", "zero_centred", "divergence", "lr")
 
 
 def read_logs(config: pytest.Config) -> tuple[Any, list[Any]]:
