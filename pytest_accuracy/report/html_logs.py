@@ -18,7 +18,7 @@ _TITLES = {"first_loss": "first-step loss", "mean_loss": "mean loss", "grad_norm
 
 def loss_sections(loss: dict[str, Any], images: list[Path], plot_note: str | None) -> list[str]:
     checks: dict[str, Any] = loss.get("checks") or {}
-    out = [section("Migration standard (training logs)", _criteria_table(loss, checks), "loss")]
+    out = [section("Migration standard (training logs)", criteria_table(loss, checks), "loss")]
     local = checks.get("local_norm") or {}
     if local.get("bars"):
         out.append(section("Local norms: the parameters that differ most", _local_norm_chart(local),
@@ -27,7 +27,8 @@ def loss_sections(loss: dict[str, Any], images: list[Path], plot_note: str | Non
     return out
 
 
-def _criteria_table(loss: dict[str, Any], checks: dict[str, Any]) -> str:
+def criteria_table(loss: dict[str, Any], checks: dict[str, Any]) -> str:
+    """The migration standard's checks as a table (the built-in page's and a suite test's)."""
     step = loss.get("divergence_step")
     lead = (f"<p class='note'>The loss curves diverge from <b>step {esc(step)}</b>.</p>"
             if step is not None else "")

@@ -72,7 +72,7 @@ def _inputs_list(inputs: Any) -> str:
 
 def _loss_part(loss: dict[str, Any]) -> str:
     """The migration standard's checks of the test's logs, as the built-in loss table."""
-    from pytest_accuracy.report.html_logs import _criteria_table
+    from pytest_accuracy.report.html_logs import criteria_table
 
     checks = loss.get("checks")
     checks = checks if isinstance(checks, dict) else {}
@@ -80,7 +80,7 @@ def _loss_part(loss: dict[str, Any]) -> str:
     head = (f"<h4>Training logs: {len(failed)} of {len(checks)} criteria missed"
             + (f": {esc(', '.join(failed))}" if failed else "") + "</h4>")
     clean = {str(n): c for n, c in checks.items() if isinstance(c, dict)}
-    return head + _criteria_table(loss, clean)
+    return head + criteria_table(loss, clean)
 
 
 def suite_input_rows(suites: dict[str, Any]) -> str:
