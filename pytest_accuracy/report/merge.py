@@ -157,7 +157,7 @@ def _merged_compare(parts: Sequence[Part]) -> dict[str, Any] | None:
     return {**extra,
             "first_divergence": first,
             "first_nonfinite": _earliest(c.get("first_nonfinite") for c in compares),
-            "coverage": _summed_coverage(c.get("coverage") for c in compares),
+            "coverage": summed_coverage(c.get("coverage") for c in compares),
             "nodes": nodes,
             "ranks": rank_table(nodes)}
 
@@ -206,7 +206,7 @@ def _is(node: dict[str, Any], first: dict[str, Any] | None) -> bool:
         first["step"], first["rank"], first.get("npu_name"))
 
 
-def _summed_coverage(coverages: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
+def summed_coverage(coverages: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
     found = [c for c in coverages if c]
     if not found:
         return None

@@ -37,8 +37,7 @@ class CompareGroup(AccuracyGroup):
             return
         cmp = state.comparison  # input errors become collection errors
         scopes = setting(self.config, "scope") or []
-        chosen = [i for i, (_, call) in enumerate(cmp.entries)
-                  if not scopes or any(fnmatch.fnmatchcase(call.name, s) for s in scopes)]
+        chosen = scoped(cmp, scopes)
         if scopes and not chosen:  # a selection that checks nothing must not pass
             example = cmp.entries[0][1].name if cmp.entries else "none"
             raise pytest.UsageError(escape_controls(
@@ -57,6 +56,12 @@ class CompareGroup(AccuracyGroup):
         from pytest_accuracy.suite.gradient_items import gradient_items
 
         yield from gradient_items(self, cmp)
+
+
+def scoped(cmp: Comparison, scopes: list[str]) -> list[int]:
+    """The nodes --acc-scope selects (every node without one), in run order."""
+    return [i for i, (_, call) in enumerate(cmp.entries)
+            if not scopes or any(fnmatch.fnmatchcase(call.name, s) for s in scopes)]
 
 
 def _per_region(config: pytest.Config, nodes: int) -> bool:

@@ -114,12 +114,12 @@ class RankItem(AccuracyItem):
             coverage_problem,
             coverage_record,
             record_detail,
+            scoped,
         )
         from pytest_accuracy.suite.region_items import judge_region
 
         scopes = setting(self.config, "scope") or []
-        chosen = [i for i, (_, call) in enumerate(cmp.entries)
-                  if not scopes or any(fnmatch.fnmatchcase(call.name, s) for s in scopes)]
+        chosen = scoped(cmp, scopes)
         if not chosen:
             pytest.skip(f"--acc-scope matches none of rank {self.rank}'s {len(cmp)} nodes")
         judged = judge_region(cmp, chosen, record_detail(self.config))
@@ -142,16 +142,6 @@ class RankCoverageItem(AccuracyItem):
         if self.missing:
             raise AccuracyError(missing_lines(self.missing))
 
-
-def add_coverage(total: dict[str, Any] | None, part: dict[str, Any]) -> dict[str, Any]:
-    """Two ranks' coverage as one: counts added, the share made again from them."""
-    if total is None:
-        return dict(part)
-    out = {**total}
-    for key in ("matched", "total", "bench_matched", "bench_total"):
-        out[key] = int(total.get(key, 0)) + int(part.get(key, 0))
-    out["matched_share"] = out["matched"] / out["total"] if out["total"] else 0.0
-    return out
 
 
 def _passes_counted(record: dict[str, Any], waivers: Any) -> dict[str, Any]:

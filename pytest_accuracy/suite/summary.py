@@ -107,9 +107,9 @@ class AccuracyResults:
 
     def _add_rank_coverage(self, part: dict[str, Any]) -> None:
         """The run's coverage, summed over its rank items as they arrive."""
-        from pytest_accuracy.suite.rank_items import add_coverage
+        from pytest_accuracy.report.merge import summed_coverage
 
-        self.coverage = add_coverage(self.coverage, part["coverage"])
+        self.coverage = summed_coverage([self.coverage, part["coverage"]])
         found = part.get("first_nonfinite")
         if found and (self.nonfinite is None or _earlier(found, self.nonfinite)):
             self.nonfinite = found
