@@ -50,6 +50,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("npu", "path", "NPU (device under test) msprobe dump: root, step dir, rank dir or "
            "dump.json"),
     Option("bench", "path", "bench msprobe dump (same layouts as --acc-npu)"),
+    Option("bench-noise", "path", "a second bench dump of the same training under another "
+           "kernel, seed or device: each node is held to the two bench runs' spread there"),
     Option("npu-log", "path", "NPU training log (MindFormers, Megatron, MindSpeed, HF, "
            "torchtitan, CSV/JSONL)"),
     Option("bench-log", "paths", "bench training log; repeat for repeated bench runs (the band)"),
@@ -128,9 +130,9 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 BY_DEST = {o.dest: o for o in OPTIONS}
-INPUT_DESTS = ("acc_npu", "acc_bench", "acc_npu_log", "acc_bench_log", "acc_npu_config",
-               "acc_bench_config", "acc_npu_precheck_results", "acc_bench_precheck_results",
-               "acc_npu_monitor", "acc_bench_monitor")
+INPUT_DESTS = ("acc_npu", "acc_bench", "acc_bench_noise", "acc_npu_log", "acc_bench_log",
+               "acc_npu_config", "acc_bench_config", "acc_npu_precheck_results",
+               "acc_bench_precheck_results", "acc_npu_monitor", "acc_bench_monitor")
 
 
 class OptionValueError(ValueError):

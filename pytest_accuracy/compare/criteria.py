@@ -35,6 +35,8 @@ class Tolerance:
 
     rel_err: float
     min_cosine: float
+    # learned from two bench runs (compare/bench_noise.py): what they differ by at the node
+    spread: float | None = None
 
 
 # Chosen from measurements (README, "Criteria"): bf16 autocast vs fp32 reaches rel_l2_err
@@ -81,6 +83,8 @@ class CompareCriteria:
     # (npu dtype, bench dtype) pairs the user declared intended, e.g. bf16 vs an fp32 golden
     allowed_precisions: frozenset[tuple[str, str]] = frozenset()
     rounding: bool = False  # twins: held to rounding level (see held_to_rounding)
+    # one node's tolerance learned from the bench runs' spread (Comparison.criteria_at)
+    learned: Tolerance | None = None
 
     def tolerance(self, dtype: str) -> Tolerance:
         # asked for every tensor pair compared (millions in a big dump): made once per dtype;
@@ -95,6 +99,8 @@ class CompareCriteria:
         if self.rounding and self.rel_err is None and self.min_cosine is None:
             eps = FLOAT_EPS.get(dtype, FLOAT_EPS["float32"])
             return Tolerance(rel_err=ROUNDING_EPS * eps, min_cosine=1.0 - 2 * ROUNDING_EPS * eps)
+        if self.learned is not None and self.rel_err is None and self.min_cosine is None:
+            return self.learned  # a waiver's or the user's explicit numbers win
         base = self.tolerances.get(dtype if self.dtype_aware else "float32")
         base = base or self.tolerances["float32"]
         return Tolerance(
@@ -122,7 +128,8 @@ class CompareCriteria:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "tolerances": {k: vars(v) for k, v in self.tolerances.items()},
+            "tolerances": {k: {"rel_err": v.rel_err, "min_cosine": v.min_cosine}
+                           for k, v in self.tolerances.items()},
             "rel_err_override": self.rel_err,
             "min_cosine_override": self.min_cosine,
             "dtype_aware": self.dtype_aware,
@@ -171,7 +178,8 @@ def judge_tensor(m: TensorMetrics, dtype: str, tol: Tolerance) -> Judgement:
         return Judgement(ok, "" if ok else f"{dtype} values differ (max abs err {m.max_abs_err:g})")
     problems = []
     if m.rel_l2_err is not None and not m.rel_l2_err <= tol.rel_err:
-        problems.append(f"relative error {m.rel_l2_err:.3g} (up to {tol.rel_err:g} allowed)")
+        problems.append(f"relative error {m.rel_l2_err:.3g}{against_spread(m.rel_l2_err, tol)} "
+                        f"(up to {tol.rel_err:g} allowed)")
     if m.cosine is not None and not m.cosine >= tol.min_cosine:
         problems.append(f"cosine {m.cosine:.6f} (at least {tol.min_cosine:g} required)")
     return Judgement(not problems, "; ".join(problems))
@@ -194,8 +202,18 @@ def judge_stats(m: StatsMetrics, dtype: str, tol: Tolerance) -> Judgement:
     problems = []
     for label, value in (("Norm", m.norm_relative_err), ("Max/Min/Mean", m.range_rel_err)):
         if value is not None and not math.isnan(value) and not value <= tol.rel_err:
-            problems.append(f"{label} relative error {value:.3g} (up to {tol.rel_err:g} allowed)")
+            problems.append(f"{label} relative error {value:.3g}{against_spread(value, tol)} "
+                            f"(up to {tol.rel_err:g} allowed)")
     return Judgement(False, "; ".join(problems)) if problems else AGREE
+
+
+def against_spread(error: float, tol: Tolerance) -> str:
+    """How an error stands against the bench runs' own spread, where the tolerance is learned."""
+    if tol.spread is None:
+        return ""
+    if tol.spread == 0:
+        return ", where the two bench runs agree exactly"
+    return f", {error / tol.spread:.1f}x the bench runs' own spread ({tol.spread:.3g}) here"
 
 
 # The judgement of every agreeing pair (immutable, so shared: a big dump has ~200k).

@@ -5,9 +5,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from functools import cached_property
 
 from pytest_accuracy.compare import provenance
+from pytest_accuracy.compare.bench_noise import BenchNoise, NodeNoise
 from pytest_accuracy.compare.contract import chain_contract
 from pytest_accuracy.compare.criteria import CompareCriteria, less_precise
 from pytest_accuracy.compare.diagnose import Context, diagnose
@@ -46,11 +48,14 @@ class Comparison:
         *,
         inputs: str = "failing",
         workers: int | None = None,
+        noise: BenchNoise | None = None,
     ) -> None:
         """``inputs="failing"`` compares a node's inputs only on demand (``with_inputs``):
         the verdict needs outputs only, the first divergence the inputs of one node;
         ``"all"`` compares every input too (the full msprobe-style table).
-        ``workers`` threads read ahead of the node asked for (numpy releases the GIL)."""
+        ``workers`` threads read ahead of the node asked for (numpy releases the GIL).
+        ``noise``: a second bench run; each node is then held to the two bench runs' spread
+        there (compare/bench_noise.py) instead of its dtype's fixed tolerance."""
         self.npu = npu
         self.bench = bench
         self.criteria = criteria or CompareCriteria()
@@ -65,6 +70,8 @@ class Comparison:
         self._workers = workers if workers is not None else default_workers(npu, bench)
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        self.noise = noise
+        self._learned: dict[int, tuple[NodeNoise | None, CompareCriteria]] = {}
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -290,7 +297,27 @@ class Comparison:
     def criteria_at(self, index: int) -> CompareCriteria:
         """The criteria node ``index`` is held to (to rounding after an identical step)."""
         twin = self.provenance.twin_step[index]
-        return self._rounding_criteria if twin is not None else self.criteria
+        if twin is not None:
+            return self._rounding_criteria
+        return self.criteria if self.noise is None else self._learned_at(index)[1]
+
+    def noise_at(self, index: int) -> NodeNoise | None:
+        """What the two bench runs differ by at node ``index``'s bench counterpart (None: no
+        second bench run, or it cannot say there)."""
+        return None if self.noise is None else self._learned_at(index)[0]
+
+    def _learned_at(self, index: int) -> tuple[NodeNoise | None, CompareCriteria]:
+        known = self._learned.get(index)
+        if known is None:
+            assert self.noise is not None
+            dump, _ = self.entries[index]
+            bench = self.bench_call(index)
+            node = (self.noise.at(dump.step, dump.rank, bench, self.effective_dtypes[index])
+                    if bench is not None else None)
+            criteria = (self.criteria if node is None
+                        else replace(self.criteria, learned=node.tolerance))
+            known = self._learned[index] = (node, criteria)  # the same pair from any thread
+        return known
 
     @cached_property
     def _rounding_criteria(self) -> CompareCriteria:

@@ -15,6 +15,7 @@ from pytest_accuracy.suite.heap import long_lived
 
 if TYPE_CHECKING:  # numpy and the compare core load when a compare runs, not at start-up
     from pytest_accuracy.compare import Comparison, Pairing
+    from pytest_accuracy.compare.bench_noise import BenchNoise
     from pytest_accuracy.compare.criteria import CompareCriteria
     from pytest_accuracy.dumps.model import DumpSet
 
@@ -64,8 +65,8 @@ class SuiteState:
         check_levels(npu, bench)
         check_tasks(npu, bench)
         inputs = str(typed_setting(self.config, "inputs") or "failing")
-        return Comparison(npu, bench, self.criteria,
-                          self.pairing(), inputs=inputs)
+        return Comparison(npu, bench, self.criteria, self.pairing(), inputs=inputs,
+                          noise=self._noise(bench))
 
     def rank_comparison(self, rank: int) -> Comparison:
         """One rank's compare (every selected step of it), read when its item runs and let
@@ -82,7 +83,31 @@ class SuiteState:
         check_levels(npu, bench)
         check_tasks(npu, bench)
         inputs = str(typed_setting(self.config, "inputs") or "failing")
-        return Comparison(npu, bench, self.criteria, self.pairing(), inputs=inputs)
+        return Comparison(npu, bench, self.criteria, self.pairing(), inputs=inputs,
+                          noise=self._noise(bench, rank))
+
+    def _noise(self, bench: DumpSet, rank: int | None = None) -> BenchNoise | None:
+        """The second bench run (--acc-bench-noise), checked to be another run of the same
+        dumps as the bench and not the same one: a noise of zero would hold every node to
+        the dtype's floor, a run of other code would let anything pass."""
+        from pytest_accuracy.compare.bench_noise import BenchNoise, identical_runs
+
+        path = path_setting(self.config, "bench_noise")
+        if path is None:
+            return None
+        noise = self._load(path, rank)
+        one = _one_run([(bench.dumps[k].path, noise.dumps[k].path)
+                        for k in sorted(set(bench.dumps) & set(noise.dumps))],
+                       ("--acc-bench", "--acc-bench-noise"))
+        if one is None and not set(bench.dumps) & set(noise.dumps):
+            one = (f"--acc-bench-noise {path}: holds no step and rank of the bench dump "
+                   f"(it has {_keys(noise)}, the bench {_keys(bench)})")
+        one = one or identical_runs(bench, noise)
+        if one:
+            raise pytest.UsageError(one)
+        check_levels(bench, noise)
+        check_tasks(bench, noise)
+        return BenchNoise(bench, noise)
 
     def _load(self, path: Path, rank: int | None = None) -> DumpSet:
         """The dump with --acc-steps-select / --acc-ranks applied; an empty selection is named."""
@@ -161,7 +186,14 @@ def same_run_files(npu: list[tuple[int, int, Path]], bench: list[tuple[int, int,
     return _one_run([(p, theirs[(s, r)]) for s, r, p in npu if (s, r) in theirs])
 
 
-def _one_run(pairs: list[tuple[Path, Path]]) -> str | None:
+def _keys(dumps: DumpSet) -> str:
+    keys = dumps.keys()
+    shown = ", ".join(f"step {s} rank {r}" for s, r in keys[:3])
+    return shown + (f" and {len(keys) - 3} more" if len(keys) > 3 else "") if keys else "none"
+
+
+def _one_run(pairs: list[tuple[Path, Path]],
+             flags: tuple[str, str] = ("--acc-npu", "--acc-bench")) -> str | None:
     if not pairs:
         return None
     if all(a.resolve() == b.resolve() for a, b in pairs):
@@ -170,10 +202,14 @@ def _one_run(pairs: list[tuple[Path, Path]]) -> str | None:
         how = "files of the same bytes"
     else:
         return None
-    return (f"--acc-npu and --acc-bench are one run: {pairs[0][0]} and {pairs[0][1]} are {how}"
-            f" (at all {len(pairs)} step/rank dumps both hold). A run compared with itself "
-            "(or with a bit-identical rerun of its statistics) passes whatever it holds: give "
-            "the benchmark run's dump as --acc-bench.")
+    said = (f"{flags[0]} and {flags[1]} are one run: {pairs[0][0]} and {pairs[0][1]} are {how}"
+            f" (at all {len(pairs)} step/rank dumps both hold). ")
+    if flags[1] == "--acc-bench-noise":
+        return said + ("One run shows no noise of its own: give a second bench run made under "
+                       "another kernel, seed or device as --acc-bench-noise.")
+    return said + ("A run compared with itself (or with a bit-identical rerun of its "
+                   "statistics) passes whatever it holds: give the benchmark run's dump as "
+                   "--acc-bench.")
 
 
 def _same_bytes(a: Path, b: Path) -> bool:

@@ -169,6 +169,9 @@ class AccuracyResults:
         criteria = getattr(state, "criteria", None) if self.nodes or self.passes else None
         if criteria is not None and criteria.waivers:
             lines += stale_waivers(criteria.waivers, self.nodes, self.waivers_matched)
+        from pytest_accuracy.suite.noise_lines import learned_lines
+
+        lines += learned_lines(self.nodes)
         lines += compare_verdict_lines(self.nodes, self.first, self.passes)
         return [escape_controls(line) for line in lines]  # names come from other machines
 
@@ -244,7 +247,7 @@ class AccuracyResults:
         doc = build_document(
             verdict=self.verdict(exitstatus),
             inputs=_inputs(self.config),
-            criteria={**({"compare": state.criteria.as_dict()}
+            criteria={**({"compare": _compare_criteria(self.config, state)}
                          if sections["compare"] and state is not None else {}),
                       **_group_criteria(self.groups)},
             sections=sections,
@@ -257,6 +260,22 @@ class AccuracyResults:
             images = _write_group_reports(self.config, self.groups, out)
             write_html(doc, out, images)
         return doc
+
+
+def _compare_criteria(config: pytest.Config, state: Any) -> dict[str, Any]:
+    """The compare criteria as JSON, with how tolerances are learned where a second bench run
+    was given."""
+    from pytest_accuracy.settings import setting
+
+    out: dict[str, Any] = state.criteria.as_dict()
+    if setting(config, "bench_noise"):
+        from pytest_accuracy.compare import bench_noise
+
+        out["bench_noise"] = {"factor": bench_noise.NOISE_FACTOR,
+                              "floors": {d: bench_noise.noise_floor(d)
+                                         for d in out["tolerances"]},
+                              "max": bench_noise.MAX_LEARNED}
+    return out
 
 
 def _index_teardown_reports(reporter: Any) -> None:
@@ -487,8 +506,8 @@ def _public_first(first: dict[str, Any] | None) -> dict[str, Any] | None:
 def _inputs(config: pytest.Config) -> dict[str, Any]:
     from pytest_accuracy.settings import setting
 
-    keys = ("npu", "bench", "npu_log", "bench_logs", "npu_config", "bench_config", "mapping",
-            "waivers", "npu_monitor", "bench_monitor")
+    keys = ("npu", "bench", "bench_noise", "npu_log", "bench_logs", "npu_config", "bench_config",
+            "mapping", "waivers", "npu_monitor", "bench_monitor")
     return {k: (str(v) if not isinstance(v, list) else [str(x) for x in v])
             for k in keys if (v := setting(config, k))}
 

@@ -1,0 +1,160 @@
+"""Node tolerances from the bench's own noise: the spread between two bench runs at each node.
+
+Given a second run of the bench (the same training under another kernel, seed or device:
+``--acc-bench-noise``), each NPU node is held to what the two bench runs themselves differ by
+at its bench counterpart, times ``NOISE_FACTOR``, never below the dtype's floor: a node whose
+error is far outside the bench's own spread fails even inside the fixed per-dtype tolerance,
+and one inside it passes even beyond it (Adam's step on gradients that are pure rounding
+noise moves weights by about ``lr * sign(g)`` in every run alike).
+
+The spread is measured as the NPU is judged: relative L2 error where both bench runs dumped
+the tensors, else the worst of the Norm and Max/Min/Mean relative errors of the statistics;
+md5 dumps tell equal from different only, so an md5 node keeps the fixed tolerance. A node
+the noise run does not hold, or holds with other shapes, keeps the fixed tolerance too.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pytest_accuracy.compare.criteria import Tolerance
+from pytest_accuracy.compare.integrity import loaded
+from pytest_accuracy.compare.metrics import stats_metrics, tensor_metrics
+from pytest_accuracy.dumps.model import FLOAT_EPS, Call, DumpSet, TensorRecord, is_float_dtype
+
+# How far past the bench runs' own spread the NPU may be. Two independent runs' differences
+# from a third at one node vary by a few x across thousands of nodes (measured on the
+# bench_noise dumps, tests/data/real/bench_noise/README.md); a bug well inside the fixed
+# bf16 tolerance still stands 5x and more above the spread where it is made.
+NOISE_FACTOR = 4.0
+
+# Where the two bench runs compute a node alike (a kernel only one of them changes sits
+# later), the NPU's own kernels still round otherwise: one epsilon of a 16- or 8-bit dtype
+# (an output rounded once more), and for float32 about 80 epsilons (a reduction summed in
+# another order).
+_FLOORS = {"float64": 1e-12, "float32": 1e-5}
+
+# Past this the two bench runs do not agree at all at the node: it is judged as the bench
+# allows, but no tolerance wider than "anything of the bench's size" is learned.
+MAX_LEARNED = 1.0
+
+
+def noise_floor(dtype: str) -> float:
+    """The least tolerance learned for a node of effective dtype ``dtype``."""
+    return _FLOORS.get(dtype, FLOAT_EPS.get(dtype, FLOAT_EPS["float32"]))
+
+
+def learned_tolerance(spread: float, dtype: str) -> Tolerance:
+    """``NOISE_FACTOR`` times the spread, the dtype's floor under it. The cosine bound is
+    the one the relative error already implies (|e| <= r|b| keeps cos >= sqrt(1 - r^2)): it
+    only catches what the relative error reports too."""
+    rel = min(MAX_LEARNED, max(noise_floor(dtype), NOISE_FACTOR * spread))
+    return Tolerance(rel_err=rel, min_cosine=1.0 - 2.0 * rel * rel, spread=spread)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeNoise:
+    """What the two bench runs differ by at one node, and the tolerance that sets."""
+
+    spread: float
+    noise_name: str  # the node's counterpart in the noise run
+    tolerance: Tolerance
+
+
+class BenchNoise:
+    """The second bench run, paired with the first per (step, rank) the way two runs of one
+    codebase pair (``pair_runs``: names where they hold, values where a kernel changed the
+    calls), and each node's spread measured on demand (thread-safe: compare workers ask)."""
+
+    def __init__(self, bench: DumpSet, noise: DumpSet) -> None:
+        self.bench, self.noise = bench, noise
+        self._pairs: dict[tuple[int, int], Mapping[str, str]] = {}
+        self._lock = threading.Lock()
+
+    def at(self, step: int, rank: int, bench_call: Call, dtype: str) -> NodeNoise | None:
+        """The spread at ``bench_call`` (of the bench's dump at step, rank) and the tolerance
+        for effective dtype ``dtype``; None where the noise run cannot say."""
+        noise_call = self._counterpart(step, rank, bench_call)
+        if noise_call is None:
+            return None
+        spread = output_spread(bench_call, noise_call)
+        if spread is None:
+            return None
+        return NodeNoise(spread, noise_call.name, learned_tolerance(spread, dtype))
+
+    def _counterpart(self, step: int, rank: int, bench_call: Call) -> Call | None:
+        key = (step, rank)
+        bench, noise = self.bench.dumps.get(key), self.noise.dumps.get(key)
+        if bench is None or noise is None:
+            return None
+        with self._lock:
+            pairs = self._pairs.get(key)
+            if pairs is None:
+                from pytest_accuracy.pairing.runs import pair_runs
+
+                pairs = self._pairs[key] = pair_runs(bench, noise).pairs
+        name = pairs.get(bench_call.name)
+        return noise.get(name) if name else None
+
+
+def output_spread(bench: Call, noise: Call) -> float | None:
+    """The largest relative difference between the two bench runs' float outputs (None: no
+    output both hold alike, or only checksums to compare)."""
+    theirs = {r.path: r for r in noise.output_tensors}
+    worst: float | None = None
+    for record in bench.output_tensors:
+        other = theirs.get(record.path)
+        if (other is None or not is_float_dtype(record.dtype) or other.dtype != record.dtype
+                or record.shape != other.shape):
+            continue
+        value = _difference(record, other)
+        if value is None:
+            continue
+        worst = value if worst is None else max(worst, value)
+    return worst
+
+
+def _difference(a: TensorRecord, b: TensorRecord) -> float | None:
+    if a.has_data and b.has_data:
+        metrics = tensor_metrics(loaded(a), loaded(b))
+        if metrics.status != "ok":  # empty, or NaN/Inf apart: no size to learn
+            return None
+        value = metrics.rel_l2_err
+    elif a.md5 is not None and b.md5 is not None:
+        return None  # equal or not: no size
+    else:
+        stats = stats_metrics(a.stats, b.stats)
+        if stats.status != "ok" or stats.nonfinite_npu != stats.nonfinite_bench:
+            return None
+        found = [v for v in (stats.norm_relative_err, stats.range_rel_err)
+                 if v is not None and not math.isnan(v)]
+        if not found:
+            return None
+        value = max(found)
+    return value if value is not None and math.isfinite(value) else MAX_LEARNED
+
+
+def identical_runs(bench: DumpSet, noise: DumpSet) -> str | None:
+    """Why the noise run shows no noise (every output both runs record under one name holds
+    the same checksum and statistics), else None: held to a spread of zero, every node would
+    be judged against the dtype's floor alone."""
+    compared = 0
+    for key in sorted(set(bench.dumps) & set(noise.dumps)):
+        theirs = noise.dumps[key]
+        for call in bench.dumps[key].calls:
+            other = theirs.get(call.name)
+            if other is None:
+                continue
+            for a, b in zip(call.output_tensors, other.output_tensors, strict=False):
+                if (a.md5, a.stats) != (b.md5, b.stats):
+                    return None
+                compared += 1
+    if not compared:
+        return None
+    return (f"--acc-bench-noise {noise.root}: all {compared} outputs it shares with the bench "
+            f"dump {bench.root} are recorded equal: a rerun that computed the same bits shows "
+            "no noise. Make the second bench run under another kernel, seed or device (e.g. "
+            "another attention implementation, or the GPU's non-deterministic algorithms on).")

@@ -1,0 +1,36 @@
+"""What the bench runs' own noise did to the node tolerances, said in the accuracy summary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def learned_lines(nodes: list[dict[str, Any]]) -> list[str]:
+    """One sentence where tolerances were learned from two bench runs (--acc-bench-noise):
+    at how many nodes, and the widest, so that a wide one is seen, not hidden in a pass."""
+    from pytest_accuracy.compare.criteria import DEFAULT_TOLERANCES
+
+    compared = [n for n in nodes if n.get("tolerance") and n["status"] in ("pass", "fail",
+                                                                             "carried")]
+    learned = [n for n in compared if n["tolerance"].get("spread") is not None]
+    if not learned:
+        return []
+    fixed = DEFAULT_TOLERANCES["float32"].rel_err
+
+    def wider(n: dict[str, Any]) -> bool:
+        own = DEFAULT_TOLERANCES.get(str(n.get("effective_dtype")))
+        return float(n["tolerance"]["rel_err"]) > (own.rel_err if own else fixed)
+
+    widened = [n for n in learned if wider(n)]
+    kept = len(compared) - len(learned)
+    line = (f"Tolerances learned from the two bench runs' spread (--acc-bench-noise) at "
+            f"{len(learned)} of {len(compared)} compared nodes")
+    line += (f"; {kept} kept the fixed per-dtype tolerance (the noise run has no counterpart "
+             "there, or only checksums)" if kept else "")
+    if widened:
+        top = max(widened, key=lambda n: float(n["tolerance"]["spread"]))
+        line += (f"; {len(widened)} allowed more than their dtype's fixed tolerance (widest: "
+                 f"{top['npu_name']}, step {top['step']}, rank {top['rank']}: the bench runs "
+                 f"differ by {float(top['tolerance']['spread']):.3g} there, up to "
+                 f"{float(top['tolerance']['rel_err']):.3g} allowed)")
+    return [line + "."]
