@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Generator
 from typing import Any
 
@@ -40,6 +41,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         elif option.kind in ("paths", "globs"):
             group.addoption(option.flag, dest=option.dest, action="append", default=[],
                             metavar=option.form.split()[0], help=option.help)
+        elif option.dest == "acc_bench":
+            group.addoption(option.flag, dest=option.dest, action=_BenchRuns, default=None,
+                            metavar="PATH", help=f"{text}; given twice, the second is "
+                            "--acc-bench-noise")
         else:
             group.addoption(option.flag, dest=option.dest, default=None,
                             metavar=option.form.split()[0] if option.kind in ("path", "text")
@@ -49,6 +54,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             parser.addini(option.dest, option.help, type="linelist", default=None)
         else:
             parser.addini(option.dest, option.help, type="string", default=None)
+
+
+class _BenchRuns(argparse.Action):
+    """``--acc-bench A --acc-bench B``: B is the bench's second run (--acc-bench-noise), never
+    a silent replacement of A."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        if getattr(namespace, self.dest, None) is None:
+            setattr(namespace, self.dest, values)
+        elif getattr(namespace, "acc_bench_noise", None) is None:
+            namespace.acc_bench_noise = values
+        else:
+            raise argparse.ArgumentError(self, "given a third time: the bench and one second "
+                                         "run of it (--acc-bench-noise) are compared, no more")
 
 
 def pytest_load_initial_conftests(args: list[str]) -> None:

@@ -109,3 +109,20 @@ def test_a_noise_run_of_other_steps_is_refused(pytester: pytest.Pytester) -> Non
     result.stdout.fnmatch_lines(["*--acc-bench-noise *holds no step and rank of the bench "
                                  "dump (it has step 7 rank 0, the bench step 0 rank 0, "
                                  "step 1 rank 0)*"])
+
+
+def test_acc_bench_given_twice_takes_the_second_as_the_noise_run(
+        pytester: pytest.Pytester) -> None:
+    """Never a silent replacement of the first: the second is the bench's noise run."""
+    out = pytester.path / "acc.json"
+    result = pytester.runpytest(f"--acc-npu={CROSS / 'xt_clean' / 'mix'}", f"--acc-bench={BENCH}",
+                                "--acc-bench", str(SDPA), f"--acc-json={out}",
+                                "-p", "no:cacheprovider")
+    assert result.ret == 0
+    doc = json.loads(out.read_text())
+    assert (doc["inputs"]["bench"], doc["inputs"]["bench_noise"]) == (str(BENCH), str(SDPA))
+    third = pytester.runpytest(f"--acc-npu={CROSS / 'xt_clean' / 'mix'}", f"--acc-bench={BENCH}",
+                               f"--acc-bench={SDPA}", f"--acc-bench={BENCH}",
+                               "-p", "no:cacheprovider")
+    assert third.ret == pytest.ExitCode.USAGE_ERROR
+    third.stderr.fnmatch_lines(["*--acc-bench: given a third time*"])
