@@ -59,12 +59,17 @@ def acc_compare(request: pytest.FixtureRequest, acc_npu_dump: DumpSet,
     from pytest_accuracy.api import CompareReport
     from pytest_accuracy.compare import Comparison
     from pytest_accuracy.suite.pairing import choose_pairing
+    from pytest_accuracy.suite.state import NoiseRunError, noise_run
 
     kwargs = _marker_kwargs(request)
     criteria = compare_criteria(request.config, kwargs)
     pairing = choose_pairing(request.config)
+    try:
+        noise = noise_run(request.config, acc_bench_dump, kwargs)
+    except NoiseRunError as exc:
+        pytest.fail(exc.problem, pytrace=False)
     return CompareReport(Comparison(acc_npu_dump, acc_bench_dump, criteria, pairing,
-                                    inputs="all"))
+                                    inputs="all", noise=noise))
 
 
 def _log_paths(request: pytest.FixtureRequest) -> tuple[Any, list[Any]]:

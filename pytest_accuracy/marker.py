@@ -12,6 +12,8 @@ import pytest
 MARKER_KEYS: Mapping[str, str] = {
     "npu": "NPU (device under test) dump path",
     "bench": "bench dump path",
+    "bench_noise": "compare: a second bench dump (another kernel, seed or device); each node "
+                   "is held to the two bench runs' spread",
     "npu_log": "NPU training log",
     "bench_logs": "bench training log(s): a path or a list; the first is the bench",
     "rel_err": "compare: relative L2 error allowed for every dtype",
@@ -30,8 +32,8 @@ MARKER_KEYS: Mapping[str, str] = {
 }
 
 MARKER_HELP = (
-    "accuracy(*, npu=None, bench=None, npu_log=None, bench_logs=None, rel_err=None, "
-    "min_cosine=None, min_matched=None, allow_precision=None, first_loss_abs=0.005, "
+    "accuracy(*, npu=None, bench=None, bench_noise=None, npu_log=None, bench_logs=None, "
+    "rel_err=None, min_cosine=None, min_matched=None, allow_precision=None, first_loss_abs=0.005, "
     "first_loss_rel=0.005, "
     "mean_abs=0.01, mean_rel=0.01, gnorm_rel=0.10, steps=None, relax_to_bench_noise=False): "
     "accuracy criteria and inputs for this test; the marker alone is an assertion when the "
@@ -41,7 +43,7 @@ MARKER_HELP = (
 
 
 # keys whose values are paths: a relative one is read from the test file's directory
-PATH_KEYS = ("npu", "bench", "npu_log", "bench_logs")
+PATH_KEYS = ("npu", "bench", "bench_noise", "npu_log", "bench_logs")
 
 
 def marker_kwargs(node: pytest.Item) -> dict[str, Any]:

@@ -126,3 +126,32 @@ def test_acc_bench_given_twice_takes_the_second_as_the_noise_run(
                                "-p", "no:cacheprovider")
     assert third.ret == pytest.ExitCode.USAGE_ERROR
     third.stderr.fnmatch_lines(["*--acc-bench: given a third time*"])
+
+
+def test_a_suite_test_names_its_noise_run_in_the_marker(pytester: pytest.Pytester) -> None:
+    """``@accuracy(bench_noise=...)``: the marker-only compare and the acc_compare fixture
+    learn from it; a noise run that is the bench itself fails that test with the reason."""
+    npu = CROSS / "xt_clean" / "mix"
+    pytester.makepyfile(f"""
+        from pytest_accuracy import accuracy
+
+        @accuracy(npu=r"{npu}", bench=r"{BENCH}", bench_noise=r"{SDPA}")
+        def test_marker():
+            pass
+
+        @accuracy(npu=r"{npu}", bench=r"{BENCH}", bench_noise=r"{SDPA}")
+        def test_fixture(acc_compare):
+            tolerances = [r.tolerance for r in acc_compare.comparison.results()
+                          if r.tolerance is not None and r.tolerance.spread is not None]
+            assert len(tolerances) > 100
+            assert {{t.rel_err for t in tolerances}} == {{1e-5}}
+
+        @accuracy(npu=r"{npu}", bench=r"{BENCH}", bench_noise=r"{BENCH}")
+        def test_itself():
+            pass
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*_ test_itself _*", "*misses its @accuracy criteria:",
+                                 "Compare of *",
+                                 "--acc-bench and --acc-bench-noise are one run*"])

@@ -53,4 +53,5 @@ def test_a_plain_run_still_registers_options_ini_keys_and_marker(pytester: pytes
                  "acc_npu (string):", "model-migration accuracy (pytest-accuracy)"):
         assert text in help_text
     markers = pytester.runpytest_subprocess("--markers").stdout.str()
-    assert "@pytest.mark.accuracy(*, npu=None, bench=None, npu_log=None" in markers
+    assert ("@pytest.mark.accuracy(*, npu=None, bench=None, bench_noise=None, npu_log=None"
+            in markers)

@@ -78,6 +78,7 @@ def _compare_lines(item: pytest.Item, marker: dict[str, Any], funcargs: dict[str
     from pytest_accuracy.dumps.tasks import task_mismatch
     from pytest_accuracy.settings import compare_criteria, path_setting
     from pytest_accuracy.suite.pairing import choose_pairing
+    from pytest_accuracy.suite.state import NoiseRunError, noise_run
 
     dumps = []
     for side in ("npu", "bench"):
@@ -87,7 +88,11 @@ def _compare_lines(item: pytest.Item, marker: dict[str, Any], funcargs: dict[str
     npu, bench = dumps
     criteria = compare_criteria(item.config, marker)
     pairing = choose_pairing(item.config)
-    cmp = Comparison(npu, bench, criteria, pairing)
+    try:
+        noise = noise_run(item.config, bench, marker)
+    except NoiseRunError as exc:
+        return [f"Compare of {npu.root} with {bench.root}:", exc.problem]
+    cmp = Comparison(npu, bench, criteria, pairing, noise=noise)
     head = f"Compare of {npu.root} with {bench.root}:"
     mismatch = task_mismatch(npu, bench)
     if mismatch is not None and not mismatch.comparable:

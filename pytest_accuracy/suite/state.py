@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -87,27 +87,10 @@ class SuiteState:
                           noise=self._noise(bench, rank))
 
     def _noise(self, bench: DumpSet, rank: int | None = None) -> BenchNoise | None:
-        """The second bench run (--acc-bench-noise), checked to be another run of the same
-        dumps as the bench and not the same one: a noise of zero would hold every node to
-        the dtype's floor, a run of other code would let anything pass."""
-        from pytest_accuracy.compare.bench_noise import BenchNoise, identical_runs
-
-        path = path_setting(self.config, "bench_noise")
-        if path is None:
-            return None
-        noise = self._load(path, rank)
-        one = _one_run([(bench.dumps[k].path, noise.dumps[k].path)
-                        for k in sorted(set(bench.dumps) & set(noise.dumps))],
-                       ("--acc-bench", "--acc-bench-noise"))
-        if one is None and not set(bench.dumps) & set(noise.dumps):
-            one = (f"--acc-bench-noise {path}: holds no step and rank of the bench dump "
-                   f"(it has {_keys(noise)}, the bench {_keys(bench)})")
-        one = one or identical_runs(bench, noise)
-        if one:
-            raise pytest.UsageError(one)
-        check_levels(bench, noise)
-        check_tasks(bench, noise)
-        return BenchNoise(bench, noise)
+        try:
+            return noise_run(self.config, bench, load=lambda path: self._load(path, rank))
+        except NoiseRunError as exc:
+            raise pytest.UsageError(exc.problem) from None
 
     def _load(self, path: Path, rank: int | None = None) -> DumpSet:
         """The dump with --acc-steps-select / --acc-ranks applied; an empty selection is named."""
@@ -184,6 +167,40 @@ def same_run_files(npu: list[tuple[int, int, Path]], bench: list[tuple[int, int,
     """``same_run`` from the dump.json files alone (``layout.dump_files``), none parsed."""
     theirs = {(s, r): p for s, r, p in bench}
     return _one_run([(p, theirs[(s, r)]) for s, r, p in npu if (s, r) in theirs])
+
+
+class NoiseRunError(Exception):
+    """A second bench run that cannot serve as the bench's noise (the message says why)."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+
+
+def noise_run(config: pytest.Config, bench: DumpSet, marker: Mapping[str, Any] | None = None,
+              load: Callable[[Path], DumpSet] | None = None) -> BenchNoise | None:
+    """The second bench run (--acc-bench-noise or ``@accuracy(bench_noise=...)``), checked
+    to be another run of the bench's steps and not the same one: a noise of zero would hold
+    every node to the dtype's floor, a run of other steps would teach nothing."""
+    from pytest_accuracy.compare.bench_noise import BenchNoise, identical_runs
+    from pytest_accuracy.dumps.layout import load_dumps
+
+    path = path_setting(config, "bench_noise", marker)
+    if path is None:
+        return None
+    noise = load(path) if load is not None else load_dumps(path)
+    shared = sorted(set(bench.dumps) & set(noise.dumps))
+    problem = _one_run([(bench.dumps[k].path, noise.dumps[k].path) for k in shared],
+                       ("--acc-bench", "--acc-bench-noise"))
+    if problem is None and not shared:
+        problem = (f"--acc-bench-noise {path}: holds no step and rank of the bench dump "
+                   f"(it has {_keys(noise)}, the bench {_keys(bench)})")
+    problem = problem or identical_runs(bench, noise)
+    if problem:
+        raise NoiseRunError(problem)
+    check_levels(bench, noise)
+    check_tasks(bench, noise)
+    return BenchNoise(bench, noise)
 
 
 def _keys(dumps: DumpSet) -> str:
