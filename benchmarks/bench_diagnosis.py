@@ -16,13 +16,18 @@ LEVELS = ("L1", "L0", "mix")
 
 
 def run_plugin(npu: Path, bench: Path, flags: list[str], python: str,
-               timeout: float) -> dict[str, Any]:
-    """One plugin run as users run it, in a child process in an empty temp dir."""
+               timeout: float, noise: Path | None = None) -> dict[str, Any]:
+    """One plugin run as users run it, in a child process in an empty temp dir.
+
+    noise: a second bench run of the same training under another kernel
+    (``<case>/bench_noise/<level>``), given as ``--acc-bench-noise``."""
     with tempfile.TemporaryDirectory(prefix="acc_zoo_") as tmp:
         out = Path(tmp) / "acc.json"
         cmd = [python, "-m", "pytest", f"--acc-npu={npu.resolve()}",
                f"--acc-bench={bench.resolve()}", f"--acc-json={out}", "-q",
-               "-p", "no:cacheprovider", *flags]
+               "-p", "no:cacheprovider",
+               *([f"--acc-bench-noise={noise.resolve()}"] if noise is not None else []),
+               *flags]
         t0 = time.time()
         try:
             r = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=timeout)
@@ -94,11 +99,12 @@ def main() -> int:
             continue
         for level in levels:
             npu, bench = cdir / "npu" / level, cdir / "bench" / level
+            noise = cdir / "bench_noise" / level  # optional second bench run (make_mf_zoo)
             lt = (truth.get("levels") or {}).get(level)
             if lt is None or not npu.is_dir() or not bench.is_dir():
                 continue
             res = run_plugin(npu, bench, list(truth.get("flags") or []), args.python,
-                             args.timeout)
+                             args.timeout, noise if noise.is_dir() else None)
             exp, exp_step = lt.get("expected"), lt.get("step")
             named, nstep = res.get("named"), res.get("named_step")
             # a site only the NPU run records (a cast, a mask op msprobe-PyTorch filters) is
@@ -108,6 +114,7 @@ def main() -> int:
             row = {"case": cdir.name, "level": level, "class": truth.get("class"),
                    "benign": bool(truth.get("benign")), "detectable": bool(lt.get("detectable")),
                    "expected": exp and f"{exp}@{exp_step}", "top1": top1,
+                   "bench_noise": noise.is_dir(),
                    **{k: v for k, v in res.items()}}
             row["named"] = named and f"{named}@{nstep}"
             if named and res.get("through"):

@@ -70,7 +70,7 @@ def test_a_clean_pair_of_two_codebases_passes_on_tolerances_learned_from_sdpa(
     result, doc = _run(pytester, CROSS / "xt_clean" / "mix", BENCH, SDPA)
     assert result.ret == 0, result.stdout.str()[-2000:]
     learned = [n for n in doc["compare"]["nodes"] if n["tolerance"] and n["status"] == "pass"
-               and n["tolerance"]["spread"] is not None]
+               and "spread" in n["tolerance"]]
     assert len(learned) > 100
     assert max(n["tolerance"]["spread"] for n in learned) < 1e-6
     assert {n["tolerance"]["rel_err"] for n in learned} == {1e-5}

@@ -14,6 +14,12 @@ MindSpore run) holds the site's cell (L1 and mix; the L1 dump must list the same
 the same order as mix), or the site's innermost cell ``Cell.<path>.<Class>.forward.0`` (L0).
 All sites are step 0.
 
+fp16 cases also get a second bench run, the *noise* run (``<case>/bench_noise/<level>``): the
+same transformers training (weights, ids, steps, fp16 autocast) under another attention kernel
+(``mf_glm.py pt --attn sdpa``: torch's scaled_dot_product_attention, where the bench is eager).
+The two bench runs' spread per node is the bench's own fp16 noise (plugin flag
+``--acc-bench-noise``). ``--noise-only`` makes just these runs for an existing zoo.
+
 Runs with any Python 3.10+ (stdlib only)::
 
     python benchmarks/zoo/make_mf_zoo.py --out /work/bench/mf/zoo \\
@@ -108,6 +114,16 @@ CASES: dict[str, dict[str, Any]] = {
 # one bf16 ulp 2e-3)
 CLEAN_TOL = {"fp32": 1e-5, "fp16": 2e-3, "bf16": 2e-2}
 
+# precision -> mf_glm.py pt arguments of the noise bench run: the bench's own training under
+# another kernel (bench: eager attention). Only fp16 has one; fp32/bf16 cases are unchanged.
+# --noise-attn replaces the attention list (e.g. sdpa,eager: sdpa at step 0 only).
+NOISE: dict[str, list[str]] = {"fp16": ["--attn", "sdpa"]}
+
+
+def noise_dir(out: Path, prec: str) -> Path:
+    """OUT/_golden_<prec>_noise (the noise bench runs, per level)."""
+    return out / ("_golden_noise" if prec == "fp32" else f"_golden_{prec}_noise")
+
 
 def prec_of(case: str) -> str:
     return str(CASES[case].get("precision", "fp32"))
@@ -133,6 +149,7 @@ def make_truth(out: Path, case: str, levels: list[str], clean: dict[str, Any],
         "codebases": {"npu": "mindformers ChatGLM2ForConditionalGeneration",
                       "bench": "transformers GlmForCausalLM"},
         "versions": versions, "clean_check": clean,
+        **({"bench_noise": noise} if (noise := noise_info(out, prec)) else {}),
         "injected": None if site is None else {
             "step": 0, "module": site["api_cell"], "api": site["api"],
             "l0_module": site["l0_cell"], "what": spec["what"]},
@@ -170,6 +187,42 @@ def make_truth(out: Path, case: str, levels: list[str], clean: dict[str, Any],
             raise SystemExit(f"{case} {lv}: site not found in {dump}")
         truth["levels"][lv] = entry
     return truth
+
+
+def noise_info(out: Path, prec: str) -> dict[str, Any] | None:
+    """truth.json's ``bench_noise`` entry for a precision with a noise run."""
+    if prec not in NOISE:
+        return None
+    f = prec_dir(out, "_clean_check", prec) / "noise_check.json"
+    check = json.loads(f.read_text()) if f.exists() else None
+    pt_args = check["pt_args"] if check else NOISE[prec]  # what the runs were made with
+    return {"dir": "bench_noise", "golden": noise_dir(out, prec).name,
+            "what": "the bench's own training (transformers, same weights, ids, steps, "
+                    f"{prec}) run again with mf_glm.py pt {' '.join(pt_args)} (bench: "
+                    "--attn eager): its spread against bench is the bench's own noise",
+            "pt_args": pt_args, "check": check}
+
+
+def noise_check(out: Path, init: Path, pt_python: str, prec: str) -> dict[str, Any]:
+    """Undumped noise run against the undumped bench run of the clean check (its
+    pt_logits.npy and loss_bench): step-0 logits and the two step losses."""
+    d = prec_dir(out, "_clean_check", prec)
+    r = subprocess.run([pt_python, str(SCRIPT), "pt", "--init", str(init), "--steps", "2",
+                        "--save-logits", str(d / "pt_noise_logits.npy"), *prec_args(prec),
+                        *NOISE[prec]], capture_output=True, text=True, cwd=d)
+    if r.returncode:
+        raise SystemExit(f"noise check failed:\n{r.stdout[-2000:]}{r.stderr[-3000:]}")
+    losses = json.loads(r.stdout.strip().splitlines()[-1])["losses"]
+    bench = json.loads((d / "clean_check.json").read_text())["loss_bench"]
+    code = ("import numpy as np, json, sys\n"
+            "a, b = np.load(sys.argv[1]), np.load(sys.argv[2])\n"
+            "print(json.dumps([float(np.abs(a - b).max()), int((a != b).sum()), a.size]))")
+    diff, ndiff, size = json.loads(subprocess.run(
+        [pt_python, "-c", code, str(d / "pt_logits.npy"), str(d / "pt_noise_logits.npy")],
+        check=True, capture_output=True, text=True).stdout)
+    return {"pt_args": NOISE[prec], "logits_max_abs_diff": diff,
+            "logits_differing": f"{ndiff}/{size}", "loss_bench": bench, "loss_noise": losses,
+            "loss_abs_diff": [abs(a - b) for a, b in zip(bench, losses, strict=True)]}
 
 
 def versions(ms_python: str, pt_python: str) -> dict[str, str]:
@@ -212,6 +265,39 @@ def clean_check(out: Path, init: Path, ms_python: str, pt_python: str,
             "loss_abs_diff": [abs(a - b) for a, b in zip(res["pt"], res["ms"], strict=True)]}
 
 
+def make_noise(out: Path, init: Path, args: argparse.Namespace, levels: list[str],
+               cases: list[str], precs: list[str]) -> None:
+    """The noise bench runs: check (undumped), dumps OUT/_golden_<prec>_noise/<level>,
+    copied into every case of that precision as <case>/bench_noise/<level>."""
+    jobs: list[tuple[list[str], Path]] = []
+    for prec in precs:
+        chk = noise_check(out, init, args.pt_python, prec)
+        (prec_dir(out, "_clean_check", prec) / "noise_check.json").write_text(
+            json.dumps(chk, indent=1))
+        print(f"noise check {prec}:", json.dumps(chk))
+        if chk["logits_max_abs_diff"] > CLEAN_TOL[prec] or \
+                max(chk["loss_abs_diff"]) > CLEAN_TOL[prec]:
+            raise SystemExit(f"the {prec} noise run does not agree with the bench to "
+                             f"{CLEAN_TOL[prec]}")
+        for lv in levels:
+            g = noise_dir(out, prec) / lv
+            if g.exists():
+                shutil.rmtree(g)
+            jobs.append(([args.pt_python, str(SCRIPT), "pt", "--init", str(init), "--task",
+                          "tensor", "--steps", str(args.steps), "--level", lv, "--dump-path",
+                          str(g), *prec_args(prec), *NOISE[prec]],
+                         out / "_logs" / f"pt_{prec}_noise_{lv}.log"))
+    (out / "_logs").mkdir(parents=True, exist_ok=True)
+    run_all(jobs, args.jobs)
+    for lv in levels:
+        for c in cases:
+            if prec_of(c) in precs:
+                dst = out / c / "bench_noise" / lv
+                if dst.exists():
+                    shutil.rmtree(dst)
+                shutil.copytree(noise_dir(out, prec_of(c)) / lv, dst)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="/work/bench/mf/zoo")
@@ -222,7 +308,15 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--jobs", type=int, default=1, help="dump runs at a time")
     ap.add_argument("--truth-only", action="store_true")
+    ap.add_argument("--noise-only", action="store_true",
+                    help="only the noise bench runs (+ their check, copies into the cases and "
+                         "truth.json) for an existing zoo: no clean check, bench or MindSpore run")
+    ap.add_argument("--noise-attn", default="sdpa",
+                    help="mf_glm.py pt --attn of the noise runs (bench: eager); a comma list "
+                         "is one per step, e.g. sdpa,eager")
     args = ap.parse_args()
+    for prec in NOISE:
+        NOISE[prec] = ["--attn", args.noise_attn]
     out = Path(args.out).resolve()
     args.ms_python, args.pt_python = map(os.path.abspath, (args.ms_python, args.pt_python))
     t0 = time.time()
@@ -235,7 +329,11 @@ def main() -> None:
         raise SystemExit("the truth needs the mix level (its construct.json)")
     init = out / "_init" / "init_weights.npz"
     precs = [p for p in ("fp32", "fp16", "bf16") if any(prec_of(c) == p for c in cases)]
-    if not args.truth_only:
+    if args.noise_only and not args.truth_only:
+        if not init.exists():
+            raise SystemExit(f"--noise-only needs an existing zoo ({init} missing)")
+        make_noise(out, init, args, levels, cases, [p for p in precs if p in NOISE])
+    elif not args.truth_only:
         init.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run([args.pt_python, str(SCRIPT), "init", "--out", str(init)], check=True)
         for prec in precs:
@@ -271,6 +369,7 @@ def main() -> None:
                 if bench.exists():
                     shutil.rmtree(bench)
                 shutil.copytree(prec_dir(out, "_golden", prec_of(c)) / lv, bench)
+        make_noise(out, init, args, levels, cases, [p for p in precs if p in NOISE])
     vers = versions(args.ms_python, args.pt_python)
     for c in cases:
         clean = json.loads((prec_dir(out, "_clean_check", prec_of(c)) / "clean_check.json")

@@ -3,7 +3,9 @@
 The two sides of ``make_mf_zoo.py``, one script run by two interpreters:
 
   pt  (torch 2.13 + transformers 5.24 + msprobe 26.2.0)
-      ``transformers.GlmForCausalLM`` (the HF port of THUDM/glm-4-9b), eager attention.
+      ``transformers.GlmForCausalLM`` (the HF port of THUDM/glm-4-9b), eager attention
+      (``--attn sdpa``: the zoo's fp16 "noise" bench run, the same training under transformers'
+      SDPA attention kernel).
   ms  (mindspore 2.10 CPU + mindformers 2.1.0 + msprobe 26.2.0)
       ``mindformers.models.glm2.ChatGLM2ForConditionalGeneration`` (the MindFormers legacy
       model that serves ChatGLM2/3 and GLM-4-9B), PyNative mode.
@@ -11,7 +13,7 @@ The two sides of ``make_mf_zoo.py``, one script run by two interpreters:
 Subcommands::
 
   python mf_glm.py init  --out init.npz                 # pt: seed-0 model -> HF state_dict + ids
-  python mf_glm.py pt    --init init.npz [--dump-path D --level L1] [--save-logits F]
+  python mf_glm.py pt    --init init.npz [--dump-path D --level L1] [--save-logits F] [--attn sdpa]
   python mf_glm.py ms    --init init.npz [--dump-path D --level L1] [--bug B] [--save-logits F]
   (pt/ms: --precision fp32|fp16|bf16, default fp32; bf16 has no MindSpore CPU kernels)
 
@@ -60,7 +62,10 @@ def write_cfg(level: str, task: str, dump_path: str, steps: int) -> str:
 
 
 # ----------------------------------------------------------------------------- PyTorch side
-def pt_model() -> Any:
+ATTNS = ("eager", "sdpa")
+
+
+def pt_model(attn: str = "eager") -> Any:
     import torch
     from transformers import GlmConfig, GlmForCausalLM
 
@@ -69,7 +74,7 @@ def pt_model() -> Any:
                     rms_norm_eps=EPS, max_position_embeddings=T, pad_token_id=None,
                     eos_token_id=2, attention_bias=True, tie_word_embeddings=False,
                     attention_dropout=0.0)
-    cfg._attn_implementation = "eager"
+    cfg._attn_implementation = attn  # read at every forward (ALL_ATTENTION_FUNCTIONS)
     torch.manual_seed(0)
     m = GlmForCausalLM(cfg)
     with torch.no_grad():
@@ -99,7 +104,10 @@ def cmd_pt(args: argparse.Namespace) -> None:
 
     torch.use_deterministic_algorithms(True)
     z = np.load(args.init)
-    m = pt_model()
+    attns = args.attn.split(",")  # per step; the last one repeats
+    if any(a not in ATTNS for a in attns):
+        raise SystemExit(f"--attn: each of {args.attn!r} must be one of {ATTNS}")
+    m = pt_model(attns[0])
     sd = m.state_dict()
     for k in sd:  # the model is rebuilt from the seed; check it equals init.npz
         if not np.array_equal(sd[k].numpy(), z[k]):
@@ -123,6 +131,9 @@ def cmd_pt(args: argparse.Namespace) -> None:
     m.train()
     losses = []
     for step in range(args.steps):
+        attn = attns[min(step, len(attns) - 1)]
+        if attn != m.config._attn_implementation:
+            m.set_attn_implementation(attn)
         if debugger:
             debugger.start(m)
         with amp:
@@ -339,6 +350,12 @@ def main() -> None:
                             "GLM-4 training dtypes with that compute_dtype")
         if name == "ms":
             p.add_argument("--bug", default="", choices=BUGS)
+        else:
+            p.add_argument("--attn", default="eager",
+                           help="transformers attn_implementation: eager (the bench) or sdpa "
+                                "(torch scaled_dot_product_attention: the noise bench run); a "
+                                "comma list gives one per step (sdpa,eager: step 0 sdpa, then "
+                                "eager), the last one repeating")
     args = ap.parse_args()
     {"init": cmd_init, "pt": cmd_pt, "ms": cmd_ms}[args.cmd](args)
 

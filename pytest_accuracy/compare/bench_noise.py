@@ -20,10 +20,14 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from pytest_accuracy.compare.criteria import Tolerance
+from pytest_accuracy.compare.fold import as_float64
 from pytest_accuracy.compare.integrity import loaded
-from pytest_accuracy.compare.metrics import stats_metrics, tensor_metrics
+from pytest_accuracy.compare.metrics import MASK_VALUE, stats_metrics, tensor_metrics
 from pytest_accuracy.dumps.model import FLOAT_EPS, Call, DumpSet, TensorRecord, is_float_dtype
+from pytest_accuracy.pairing.anchors import Print, fingerprint, leading
 
 # How far past the bench runs' own spread the NPU may be. Two independent runs' differences
 # from a third at one node vary by a few x across thousands of nodes (measured on the
@@ -47,12 +51,13 @@ def noise_floor(dtype: str) -> float:
     return _FLOORS.get(dtype, FLOAT_EPS.get(dtype, FLOAT_EPS["float32"]))
 
 
-def learned_tolerance(spread: float, dtype: str) -> Tolerance:
+def learned_tolerance(spread: float, dtype: str, inherited: bool = False) -> Tolerance:
     """``NOISE_FACTOR`` times the spread, the dtype's floor under it. The cosine bound is
     the one the relative error already implies (|e| <= r|b| keeps cos >= sqrt(1 - r^2)): it
     only catches what the relative error reports too."""
     rel = min(MAX_LEARNED, max(noise_floor(dtype), NOISE_FACTOR * spread))
-    return Tolerance(rel_err=rel, min_cosine=1.0 - 2.0 * rel * rel, spread=spread)
+    return Tolerance(rel_err=rel, min_cosine=1.0 - 2.0 * rel * rel, spread=spread,
+                     inherited=inherited)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,33 +65,113 @@ class NodeNoise:
     """What the two bench runs differ by at one node, and the tolerance that sets."""
 
     spread: float
-    noise_name: str  # the node's counterpart in the noise run
+    noise_name: str  # the node's counterpart in the noise run, or where its spread came from
     tolerance: Tolerance
+    inherited: bool = False  # the noise run does not make this call: its inputs' spread
+
+
+# How many calls back a spread is looked for through calls the noise run does not make.
+_INHERIT_DEPTH = 4
+# Where a call's inputs were not recorded being made, how many values made before it set its
+# spread: attention's q, k and v with their rotary steps are within 12 (tests/data/real/mf).
+_NEARBY = 12
 
 
 class BenchNoise:
     """The second bench run, paired with the first per (step, rank) the way two runs of one
     codebase pair (``pair_runs``: names where they hold, values where a kernel changed the
-    calls), and each node's spread measured on demand (thread-safe: compare workers ask)."""
+    calls), and each node's spread measured on demand (thread-safe: compare workers ask).
+
+    A bench call the noise run does not make (eager attention's matmuls and softmax against
+    one fused ``scaled_dot_product_attention``) takes the largest spread of the calls that
+    made its inputs: the noise enters it through them, and its own kernel adds rounding that
+    the floor covers."""
 
     def __init__(self, bench: DumpSet, noise: DumpSet) -> None:
         self.bench, self.noise = bench, noise
         self._pairs: dict[tuple[int, int], Mapping[str, str]] = {}
+        self._makers: dict[tuple[int, int], dict[Print, list[Call]]] = {}
+        self._spreads: dict[tuple[int, int, str], tuple[float, str, bool] | None] = {}
         self._lock = threading.Lock()
 
     def at(self, step: int, rank: int, bench_call: Call, dtype: str) -> NodeNoise | None:
         """The spread at ``bench_call`` (of the bench's dump at step, rank) and the tolerance
         for effective dtype ``dtype``; None where the noise run cannot say."""
-        noise_call = self._counterpart(step, rank, bench_call)
-        if noise_call is None:
+        found = self._spread((step, rank), bench_call, 0)
+        if found is None:
             return None
-        spread = output_spread(bench_call, noise_call)
-        if spread is None:
-            return None
-        return NodeNoise(spread, noise_call.name, learned_tolerance(spread, dtype))
+        spread, where, inherited = found
+        return NodeNoise(spread, where, learned_tolerance(spread, dtype, inherited), inherited)
 
-    def _counterpart(self, step: int, rank: int, bench_call: Call) -> Call | None:
-        key = (step, rank)
+    def _spread(self, key: tuple[int, int], call: Call, depth: int
+                ) -> tuple[float, str, bool] | None:
+        memo = (key[0], key[1], call.name)
+        if memo in self._spreads:
+            return self._spreads[memo]
+        other = self._counterpart(key, call)
+        spread = output_spread(call, other) if other is not None else None
+        found = ((spread, other.name, False) if spread is not None and other is not None
+                 else self._from_inputs(key, call, depth) if other is None else None)
+        self._spreads[memo] = found  # the same value from any thread
+        return found
+
+    def _from_inputs(self, key: tuple[int, int], call: Call, depth: int
+                     ) -> tuple[float, str, bool] | None:
+        """The largest spread among the calls that made ``call``'s float inputs; where the
+        dump did not record them (a view msprobe does not hook), among the calls just
+        before it that both runs make."""
+        if depth >= _INHERIT_DEPTH:
+            return None
+        makers = self._makers_of(key)
+        found: tuple[float, str, bool] | None = None
+        traced = False
+        for record in call.input_tensors:
+            print_ = fingerprint(record)
+            maker = next((c for c in reversed(makers.get(print_) or ()) if c.order < call.order),
+                         None) if print_ is not None else None
+            if maker is None:
+                continue
+            traced = True
+            spread = self._spread(key, maker, depth + 1)
+            if spread is not None and (found is None or spread[0] > found[0]):
+                found = (spread[0], spread[1], True)
+        return found if traced else self._nearby(key, call)
+
+    def _nearby(self, key: tuple[int, int], call: Call) -> tuple[float, str, bool] | None:
+        """The largest own spread among the last ``_NEARBY`` values made before ``call`` by
+        calls the noise run makes too: the noise of the values around it (a module's output
+        is its last call's value again: counted once, so that L1 and mix look as far)."""
+        calls = self.bench.dumps[key].calls
+        found: tuple[float, str, bool] | None = None
+        values: set[Print] = set()
+        for earlier in reversed(calls[: max(0, min(call.order, len(calls)))]):
+            other = self._counterpart(key, earlier)
+            spread = output_spread(earlier, other) if other is not None else None
+            made = leading(earlier)
+            print_ = fingerprint(made) if made is not None else None
+            if spread is None or print_ is None or print_ in values:
+                continue
+            values.add(print_)
+            if found is None or spread > found[0]:
+                found = (spread, earlier.name, True)
+            if len(values) == _NEARBY:
+                break
+        return found
+
+    def _makers_of(self, key: tuple[int, int]) -> dict[Print, list[Call]]:
+        """The bench's calls by the fingerprint of each float output they make, in order."""
+        with self._lock:
+            known = self._makers.get(key)
+            if known is None:
+                known = self._makers[key] = {}
+                for call in self.bench.dumps[key].calls:
+                    for record in call.output_tensors:
+                        print_ = fingerprint(record)
+                        if print_ is not None:
+                            known.setdefault(print_, []).append(call)
+        return known
+
+    def _counterpart(self, key: tuple[int, int], bench_call: Call) -> Call | None:
         bench, noise = self.bench.dumps.get(key), self.noise.dumps.get(key)
         if bench is None or noise is None:
             return None
@@ -119,7 +204,7 @@ def output_spread(bench: Call, noise: Call) -> float | None:
 
 def _difference(a: TensorRecord, b: TensorRecord) -> float | None:
     if a.has_data and b.has_data:
-        metrics = tensor_metrics(loaded(a), loaded(b))
+        metrics = tensor_metrics(*_unmasked(loaded(a), loaded(b)))
         if metrics.status != "ok":  # empty, or NaN/Inf apart: no size to learn
             return None
         value = metrics.rel_l2_err
@@ -158,3 +243,16 @@ def identical_runs(bench: DumpSet, noise: DumpSet) -> str | None:
             f"dump {bench.root} are recorded equal: a rerun that computed the same bits shows "
             "no noise. Make the second bench run under another kernel, seed or device (e.g. "
             "another attention implementation, or the GPU's non-deterministic algorithms on).")
+
+
+def _unmasked(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two runs' tensors without the positions either masks (fills of -1e4 and below): a
+    mask's size would hide the scores' noise, and the NPU's masked scores are compared
+    without them too (judge's mask written otherwise)."""
+    x, y = as_float64(a.reshape(-1)), as_float64(b.reshape(-1))
+    if x.shape != y.shape:
+        return a, b
+    masked = (x <= MASK_VALUE) | (y <= MASK_VALUE)
+    if not masked.any() or masked.all():
+        return a, b
+    return x[~masked], y[~masked]

@@ -37,6 +37,7 @@ class Tolerance:
     min_cosine: float
     # learned from two bench runs (compare/bench_noise.py): what they differ by at the node
     spread: float | None = None
+    inherited: bool = False  # the spread at the inputs: the noise run fused this call away
 
 
 # Chosen from measurements (README, "Criteria"): bf16 autocast vs fp32 reaches rel_l2_err
@@ -213,7 +214,8 @@ def against_spread(error: float, tol: Tolerance) -> str:
         return ""
     if tol.spread == 0:
         return ", where the two bench runs agree exactly"
-    return f", {error / tol.spread:.1f}x the bench runs' own spread ({tol.spread:.3g}) here"
+    where = "at its inputs" if tol.inherited else "here"
+    return f", {error / tol.spread:.1f}x the bench runs' own spread ({tol.spread:.3g}) {where}"
 
 
 # The judgement of every agreeing pair (immutable, so shared: a big dump has ~200k).

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any
 
 from pytest_accuracy.compare import NodeResult, TensorComparison
+from pytest_accuracy.compare.criteria import Tolerance
 from pytest_accuracy.compare.divergence import FirstDivergence
 from pytest_accuracy.compare.metrics import StatsMetrics, TensorMetrics
 from pytest_accuracy.compare.plain import PlainPass
@@ -44,6 +46,16 @@ _ROW_KEYS = {  # the row's columns by the kind of its metrics
 }
 
 
+@functools.lru_cache(maxsize=4096)
+def tolerance_record(tol: Tolerance) -> dict[str, Any]:
+    """A tolerance as JSON, one dict per tolerance (shared by every node held to it: read
+    only); where it was learned from the bench runs' spread, that spread too."""
+    out: dict[str, Any] = {"rel_err": tol.rel_err, "min_cosine": tol.min_cosine}
+    if tol.spread is not None:
+        out.update(spread=tol.spread, inherited=tol.inherited)
+    return out
+
+
 def node_record(
     result: NodeResult, first: FirstDivergence | None, *, rows: bool = True
 ) -> dict[str, Any]:
@@ -74,7 +86,7 @@ def node_record(
         "local_error": result.local.as_dict() if result.local is not None else None,
         "carried_from": result.carried_from,
         # one dict for every node of a dtype (the criteria make each tolerance once): read only
-        "tolerance": vars(result.tolerance) if result.tolerance is not None else None,
+        "tolerance": tolerance_record(result.tolerance) if result.tolerance is not None else None,
         "twin_step": result.twin_step,
         "rows": _rows(result) if rows else [],
         **_metric_fields(worst),
@@ -113,7 +125,7 @@ def plain_record(plain: PlainPass, *, rows: bool = True) -> dict[str, Any]:
         "findings": [],
         "local_error": None,
         "carried_from": None,
-        "tolerance": vars(plain.tolerance),
+        "tolerance": tolerance_record(plain.tolerance),
         "twin_step": plain.twin_step,
         "rows": _plain_rows(plain) if rows else [],
         # a finite row's metrics (finite or inf, never NaN: no None to make), in the order of

@@ -12,7 +12,7 @@ def learned_lines(nodes: list[dict[str, Any]]) -> list[str]:
 
     compared = [n for n in nodes if n.get("tolerance") and n["status"] in ("pass", "fail",
                                                                              "carried")]
-    learned = [n for n in compared if n["tolerance"].get("spread") is not None]
+    learned = [n for n in compared if "spread" in n["tolerance"]]
     if not learned:
         return []
     fixed = DEFAULT_TOLERANCES["float32"].rel_err
