@@ -7,7 +7,7 @@ import re
 from typing import Any, Literal
 
 Kind = Literal["path", "paths", "globs", "text", "float", "int", "int_set", "window", "choice",
-               "flag", "dtype_pairs", "device"]
+               "flag", "dtype_pairs", "device", "layout"]
 
 
 class Option:
@@ -40,7 +40,9 @@ _FORMS = {
     "dtype_pairs": "NPU_DTYPE:BENCH_DTYPE pairs of float dtypes, e.g. 'bfloat16:float32'",
     "device": "dump, cpu, cuda[:N], npu[:N], optionally prefixed torch: or mindspore: "
               "(e.g. mindspore:cpu)",
+    "layout": "tp=N,dp=N,pp=N (any of them; the rest 1), e.g. 'tp=2,dp=4'",
 }
+_LAYOUT = re.compile(r"\s*(tp|dp|pp)\s*=\s*[1-9]\d*\s*(,\s*(tp|dp|pp)\s*=\s*[1-9]\d*\s*)*")
 _DEVICE = re.compile(r"dump|((torch|mindspore):)?(cpu|(cuda|npu|gpu)(:\d+)?)")
 # float dtype names an --acc-allow-precision pair may use (numpy and torch spellings)
 _FLOAT_NAMES = {"float64", "double", "float32", "float", "float16", "half", "bfloat16",
@@ -50,6 +52,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("npu", "path", "NPU (device under test) msprobe dump: root, step dir, rank dir or "
            "dump.json"),
     Option("bench", "path", "bench msprobe dump (same layouts as --acc-npu)"),
+    Option("npu-layout", "layout", "compare: the NPU run's parallel layout (Megatron rank "
+           "order); with --acc-bench-layout, shards meet the bench's slices"),
+    Option("bench-layout", "layout", "compare: the bench run's parallel layout, when its "
+           "tensor parallelism differs from the NPU's"),
     Option("bench-noise", "path", "a second bench dump of the same training under another "
            "kernel, seed or device: each node is held to the two bench runs' spread there"),
     Option("npu-log", "path", "NPU training log (MindFormers, Megatron, MindSpeed, HF, "
@@ -164,6 +170,8 @@ def parse_value(option: Option, value: Any, source: str) -> Any:
         if option.kind == "dtype_pairs":
             return _dtype_pairs(text)
         if option.kind == "device" and _DEVICE.fullmatch(text):
+            return text
+        if option.kind == "layout" and _LAYOUT.fullmatch(text):
             return text
     except ValueError:
         pass

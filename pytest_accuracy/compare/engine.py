@@ -349,6 +349,9 @@ class Comparison:
         same_framework = dump.framework == self._bench_framework(dump)
         result.scalar_diffs = scalar_diffs(call, bench, same_framework)
         settle(result)
+        if result.status == "skip" and not result.outputs:
+            why = self.bench.dumps[(dump.step, dump.rank)].left_out.get(bench.name)
+            result.reason = why or result.reason
         if result.status not in ("pass", "fail"):
             return result
         region = self.region_of(index)

@@ -340,6 +340,8 @@ class Dump:
     rank: int
     calls: list[Call]
     notes: list[str] = field(default_factory=list)  # what the reader had to assume
+    # calls whose outputs a view of another layout could not make, and why (pairing/shards.py)
+    left_out: dict[str, str] = field(default_factory=dict)
     _by_name: dict[str, Call] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

@@ -1,4 +1,4 @@
-"""What the bench runs' own noise did to the node tolerances, said in the accuracy summary."""
+"""What the bench's noise run and its layout did to the compare, said in the accuracy summary."""
 
 from __future__ import annotations
 
@@ -34,3 +34,20 @@ def learned_lines(nodes: list[dict[str, Any]]) -> list[str]:
                  f"differ by {float(top['tolerance']['spread']):.3g} there, up to "
                  f"{float(top['tolerance']['rel_err']):.3g} allowed)")
     return [line + "."]
+
+
+def layout_lines(state: Any) -> list[str]:
+    """Which bench ranks each NPU rank was compared with, where the layouts differ."""
+    layouts = getattr(state, "layouts", None) if state is not None else None
+    if not layouts:
+        return []
+    from pytest_accuracy.pairing.layouts import bench_ranks
+
+    mine, theirs = layouts
+    shown = [f"{r} <- {'+'.join(str(b) for b in bench_ranks(mine, theirs, r))}"
+             for r in range(min(mine.world, 8))]
+    more = f", ... ({mine.world} ranks)" if mine.world > 8 else ""
+    return [f"Layouts differ: NPU {mine} against bench {theirs}. Each NPU rank is compared "
+            f"with the slice it holds of its bench ranks' tensors (NPU rank <- bench ranks: "
+            f"{', '.join(shown)}{more}); partial sums the bench does not make are compared "
+            "after their all-reduce."]

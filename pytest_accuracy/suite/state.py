@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # numpy and the compare core load when a compare runs, not at
     from pytest_accuracy.compare.bench_noise import BenchNoise
     from pytest_accuracy.compare.criteria import CompareCriteria
     from pytest_accuracy.dumps.model import DumpSet
+    from pytest_accuracy.pairing.layouts import Layout
 
 
 @dataclass
@@ -58,48 +59,97 @@ class SuiteState:
             raise AccuracyInputError(str(given),
                                      f"compare needs both dumps: {missing} is missing{hint}")
         with long_lived():
-            npu, bench = self._load(self.npu), self._load(self.bench)
-        same = same_run(npu, bench)
-        if same:
-            raise pytest.UsageError(same)
-        check_levels(npu, bench)
-        check_tasks(npu, bench)
+            npu, bench, noise = self._runs()
         inputs = str(typed_setting(self.config, "inputs") or "failing")
         return Comparison(npu, bench, self.criteria, self.pairing(), inputs=inputs,
-                          noise=self._noise(bench))
+                          noise=noise)
 
     def rank_comparison(self, rank: int) -> Comparison:
         """One rank's compare (every selected step of it), read when its item runs and let
         go with it: what a process holds grows with the largest rank, not the sum."""
         from pytest_accuracy.compare import Comparison
 
-        assert self.npu is not None and self.bench is not None
-        npu, bench = self._load(self.npu, rank), self._load(self.bench, rank)
-        same = same_run(npu, bench)
-        if same:
-            from pytest_accuracy.errors import AccuracyInputError
-
-            raise AccuracyInputError(str(self.npu), same)
-        check_levels(npu, bench)
-        check_tasks(npu, bench)
+        npu, bench, noise = self._runs(rank)
         inputs = str(typed_setting(self.config, "inputs") or "failing")
         return Comparison(npu, bench, self.criteria, self.pairing(), inputs=inputs,
-                          noise=self._noise(bench, rank))
+                          noise=noise)
 
-    def _noise(self, bench: DumpSet, rank: int | None = None) -> BenchNoise | None:
+    def _runs(self, rank: int | None = None) -> tuple[DumpSet, DumpSet, BenchNoise | None]:
+        """The NPU dump, the bench as the NPU's ranks see it (their layouts may differ) and
+        the bench's noise run, checked: ``rank`` alone, or every rank selected."""
+        from pytest_accuracy.compare.bench_noise import BenchNoise
+        from pytest_accuracy.pairing.shards import relayout
+
+        assert self.npu is not None and self.bench is not None
+        npu = self._load(self.npu, {rank} if rank is not None else None)
+        wanted = self._bench_ranks(npu)
+        bench = self._load(self.bench, wanted if wanted is not None
+                           else {rank} if rank is not None else None)
+        same = same_run(npu, bench) if self.layouts is None else None
+        if same:
+            _refuse(same, self.npu, rank)
+        check_levels(npu, bench)
+        check_tasks(npu, bench)
         try:
-            return noise_run(self.config, bench, load=lambda path: self._load(path, rank))
+            noise = noise_run(self.config, bench, load=lambda path: self._load(
+                path, wanted if wanted is not None else {rank} if rank is not None else None))
         except NoiseRunError as exc:
-            raise pytest.UsageError(exc.problem) from None
+            _refuse(exc.problem, self.npu, rank)
+        if self.layouts is None:
+            return npu, bench, noise
+        mine, theirs = self.layouts
+        view = relayout(npu, mine, bench, theirs)
+        if noise is not None:
+            noise = BenchNoise(view, relayout(npu, mine, noise.noise, theirs))
+        return npu, view, noise
 
-    def _load(self, path: Path, rank: int | None = None) -> DumpSet:
-        """The dump with --acc-steps-select / --acc-ranks applied; an empty selection is named."""
+    @cached_property
+    def layouts(self) -> tuple[Layout, Layout] | None:
+        """The (NPU, bench) layouts where their tensor parallelism differs, else None."""
+        from pytest_accuracy.pairing.layouts import parse_layout
+
+        given = setting(self.config, "npu_layout"), setting(self.config, "bench_layout")
+        if not any(given):
+            return None
+        if not all(given):
+            raise pytest.UsageError(
+                "--acc-npu-layout and --acc-bench-layout go together: give both (e.g. "
+                "--acc-npu-layout tp=2,dp=2 --acc-bench-layout tp=1,dp=2)")
+        try:
+            mine, theirs = parse_layout(str(given[0])), parse_layout(str(given[1]))
+        except ValueError as exc:
+            raise pytest.UsageError(f"--acc-npu-layout / --acc-bench-layout: {exc}") from None
+        if mine.dp != theirs.dp or mine.pp != theirs.pp:
+            raise pytest.UsageError(
+                f"--acc-npu-layout {mine} and --acc-bench-layout {theirs} differ in dp or pp: "
+                "only tensor parallelism may differ between the runs compared (each rank's "
+                "data and pipeline stage must be the same on both sides)")
+        return None if mine.tp == theirs.tp else (mine, theirs)
+
+    def _bench_ranks(self, npu: DumpSet) -> set[int] | None:
+        """The bench ranks the NPU ranks loaded are compared with (None: the same ranks)."""
+        from pytest_accuracy.pairing.layouts import bench_ranks
+
+        if self.layouts is None:
+            return None
+        mine, theirs = self.layouts
+        ranks = {r for _, r in npu.dumps}
+        beyond = sorted(r for r in ranks if r >= mine.world)
+        if beyond:
+            raise pytest.UsageError(
+                f"--acc-npu-layout {mine} has {mine.world} ranks, the NPU dump {self.npu} has "
+                f"rank {beyond[0]}: give the layout the NPU run had")
+        return {b for r in ranks for b in bench_ranks(mine, theirs, r)}
+
+    def _load(self, path: Path, only: set[int] | None = None) -> DumpSet:
+        """The dump with --acc-steps-select / --acc-ranks applied (``only``: these ranks
+        instead); an empty selection is named."""
         from pytest_accuracy.dumps.layout import load_dumps
 
         steps = parse_int_set(setting(self.config, "steps_select"), "steps")
         ranks = parse_int_set(setting(self.config, "ranks"), "ranks")
-        if rank is not None:
-            ranks = {rank}
+        if only is not None:
+            ranks = only
         dumps = load_dumps(path, steps=steps, ranks=ranks)
         if not dumps.dumps and (steps is not None or ranks is not None):
             every = load_dumps(path).keys()
@@ -167,6 +217,16 @@ def same_run_files(npu: list[tuple[int, int, Path]], bench: list[tuple[int, int,
     """``same_run`` from the dump.json files alone (``layout.dump_files``), none parsed."""
     theirs = {(s, r): p for s, r, p in bench}
     return _one_run([(p, theirs[(s, r)]) for s, r, p in npu if (s, r) in theirs])
+
+
+def _refuse(problem: str, npu: Path, rank: int | None) -> NoReturn:
+    """A set-up that cannot be compared: a usage error for the whole run; for one rank's
+    item (read when it runs), that item's error."""
+    if rank is None:
+        raise pytest.UsageError(problem)
+    from pytest_accuracy.errors import AccuracyInputError
+
+    raise AccuracyInputError(str(npu), problem)
 
 
 class NoiseRunError(Exception):

@@ -169,8 +169,10 @@ class AccuracyResults:
         criteria = getattr(state, "criteria", None) if self.nodes or self.passes else None
         if criteria is not None and criteria.waivers:
             lines += stale_waivers(criteria.waivers, self.nodes, self.waivers_matched)
-        from pytest_accuracy.suite.noise_lines import learned_lines
+        from pytest_accuracy.suite.noise_lines import layout_lines, learned_lines
 
+        if self.nodes or self.passes:
+            lines += layout_lines(state)
         lines += learned_lines(self.nodes)
         lines += compare_verdict_lines(self.nodes, self.first, self.passes)
         return [escape_controls(line) for line in lines]  # names come from other machines
@@ -506,8 +508,9 @@ def _public_first(first: dict[str, Any] | None) -> dict[str, Any] | None:
 def _inputs(config: pytest.Config) -> dict[str, Any]:
     from pytest_accuracy.settings import setting
 
-    keys = ("npu", "bench", "bench_noise", "npu_log", "bench_logs", "npu_config", "bench_config",
-            "mapping", "waivers", "npu_monitor", "bench_monitor")
+    keys = ("npu", "bench", "bench_noise", "npu_layout", "bench_layout", "npu_log",
+            "bench_logs", "npu_config", "bench_config", "mapping", "waivers", "npu_monitor",
+            "bench_monitor")
     return {k: (str(v) if not isinstance(v, list) else [str(x) for x in v])
             for k in keys if (v := setting(config, k))}
 

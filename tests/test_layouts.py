@@ -1,0 +1,150 @@
+"""Runs sharded otherwise (issue 40): an NPU at TP=2 against a bench at TP=1, and back.
+
+Real dumps: tests/data/multirank (gloo CPU ranks, msprobe 26.2.0, L1 tensor; README there):
+a TP x DP MLP with a column-parallel fc1 and a row-parallel fc2 whose partial sums are
+all-reduced, at TP=2 x DP=2 and TP=1 x DP=2 from the same weights.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_accuracy.dumps.layout import load_dumps
+from pytest_accuracy.pairing.layouts import Layout, bench_ranks, parse_layout
+from pytest_accuracy.pairing.shards import ShardRecord, relayout
+from tests.helpers import ROOT
+
+RUNS = ROOT / "tests" / "data" / "multirank"
+TP2, TP1, BUG = RUNS / "golden_tp2dp2", RUNS / "golden_tp1dp2", RUNS / "bug_tp2dp2"
+L_TP2, L_TP1 = "--acc-npu-layout=tp=2,dp=2", "--acc-bench-layout=tp=1,dp=2"
+
+
+def test_layouts_number_ranks_as_megatron_does() -> None:
+    layout = parse_layout("tp=2, dp=2")
+    assert layout == Layout(tp=2, dp=2, pp=1)
+    assert [layout.coords(r) for r in range(4)] == [(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0)]
+    assert layout.rank(1, 1, 0) == 3
+    # the bench ranks holding an NPU rank's part: same data (dp), its TP range
+    assert [bench_ranks(Layout(tp=2, dp=2), Layout(tp=1, dp=2), r) for r in range(4)] == \
+        [[0], [0], [1], [1]]
+    assert bench_ranks(Layout(tp=2), Layout(tp=4), 1) == [2, 3]
+    assert bench_ranks(Layout(tp=4), Layout(tp=2), 3) == [1]
+    assert bench_ranks(Layout(tp=1, dp=2), Layout(tp=2, dp=2), 1) == [2, 3]
+    for bad in ("tp=0", "tp=2,tp=4", "ep=2", ""):
+        with pytest.raises(ValueError, match="expected tp=N"):
+            parse_layout(bad)
+
+
+def test_a_shard_is_the_slice_of_the_gathered_bench_tensor() -> None:
+    """fc1's column-parallel output on NPU rank 1 (TP=2) is columns 16..31 of bench rank
+    0's full output (TP=1); the reverse view (NPU TP=1) joins the TP=2 shards, and the
+    statistics of the join are those msprobe recorded for the full tensor."""
+    npu, bench = load_dumps(TP2), load_dumps(TP1)
+    view = relayout(npu, Layout(tp=2, dp=2), bench, Layout(tp=1, dp=2))
+    record = view.dumps[(0, 1)].get("Functional.linear.0.forward").output_tensors[0]
+    assert isinstance(record, ShardRecord) and record.shape == (2, 4, 16)
+    full = bench.dumps[(0, 0)].get("Functional.linear.0.forward").output_tensors[0].load()
+    np.testing.assert_array_equal(record.load(), np.asarray(full, dtype=np.float64)[..., 16:])
+    # half of one bench tensor: no statistics recorded for it; measured from the slice
+    half = np.asarray(full, dtype=np.float64)[..., 16:]
+    assert record.stats.norm == pytest.approx(float(np.linalg.norm(half)), rel=1e-12)
+    assert (record.stats.max, record.stats.min) == (half.max(), half.min())
+    back = relayout(bench, Layout(tp=1, dp=2), npu, Layout(tp=2, dp=2))
+    joined = back.dumps[(0, 0)].get("Functional.linear.0.forward").output_tensors[0]
+    recorded = bench.dumps[(0, 0)].get("Functional.linear.0.forward").output_tensors[0].stats
+    assert joined.shape == (2, 4, 32)
+    for got, want in zip(joined.stats, recorded, strict=True):
+        assert got == pytest.approx(want, rel=1e-6, abs=1e-9)
+    # fc2 reads a shard: its full-shaped output is a partial sum; TP=1 sees the two summed
+    partial = back.dumps[(0, 0)].get("Functional.linear.1.forward").output_tensors[0]
+    summed = bench.dumps[(0, 0)].get("Functional.linear.1.forward").output_tensors[0].load()
+    np.testing.assert_allclose(partial.load(), summed, rtol=1e-5, atol=1e-7)
+
+
+def _run(pytester: pytest.Pytester, npu: Path, bench: Path, *flags: str) -> pytest.RunResult:
+    return pytester.runpytest(f"--acc-npu={npu}", f"--acc-bench={bench}",
+                              "-p", "no:cacheprovider", *flags)
+
+
+def test_a_clean_tp2_run_passes_against_a_tp1_bench_given_the_layouts(
+        pytester: pytest.Pytester) -> None:
+    out = pytester.path / "acc.json"
+    result = _run(pytester, TP2, TP1, L_TP2, L_TP1, f"--acc-json={out}", "-rs")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    result.stdout.fnmatch_lines([
+        "Layouts differ: NPU tp=2,dp=2,pp=1 against bench tp=1,dp=2,pp=1. Each NPU rank is "
+        "compared with the slice it holds of its bench ranks' tensors (NPU rank <- bench "
+        "ranks: 0 <- 0, 1 <- 0, 2 <- 1, 3 <- 1)*",
+        "No divergence: all * compared nodes meet the criteria.",
+    ])
+    result.stdout.fnmatch_lines(["*partial sums of NPU TP rank 1 of 2 (it reads a shard), and "
+                                 "the bench at TP=1 holds none of that range*"])
+    doc = json.loads(out.read_text())
+    assert (doc["inputs"]["npu_layout"], doc["inputs"]["bench_layout"]) == ("tp=2,dp=2",
+                                                                            "tp=1,dp=2")
+    passed = [n for n in doc["compare"]["nodes"] if n["status"] == "pass"]
+    assert {n["rank"] for n in passed} == {0, 1, 2, 3} and len(passed) > 100
+    # without the layouts it is never a silent pass: the shards' shapes differ
+    assert _run(pytester, TP2, TP1).ret == 1
+
+
+def test_the_rank_that_makes_the_error_is_named_across_layouts(
+        pytester: pytest.Pytester) -> None:
+    """bug_tp2dp2: rank 2 runs its RMSNorm with eps 1e-5; rank 2 is NPU (tp 0, dp 1), held
+    against bench rank 1 (dp 1)."""
+    result = _run(pytester, BUG, TP1, L_TP2, L_TP1)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["First divergence: Tensor.__add__.0.forward (step 0, rank 2), "
+                                 "output.0: relative error 0.0714*"])
+
+
+def test_a_tp1_run_meets_the_sum_and_join_of_tp2_shards(pytester: pytest.Pytester) -> None:
+    """The other way round, at task statistics too: the join of whole shards has statistics
+    (Max, Min, Mean by counts, Norm), so TP=1 is checked against TP=2 from dump.json alone;
+    and a TP=2 statistics dump meets the statistics of its slices of a TP=1 tensor dump."""
+    stats = pytester.path / "tp2_statistics"
+    shutil.copytree(TP2, stats, ignore=shutil.ignore_patterns("dump_tensor_data", "*.pt"))
+    for path in stats.rglob("dump.json"):
+        doc = json.loads(path.read_text())
+        doc["task"] = "statistics"
+        path.write_text(json.dumps(_without_data(doc)))
+    for bench in (TP2, stats):
+        result = _run(pytester, TP1, bench, "--acc-npu-layout=tp=1,dp=2",
+                      "--acc-bench-layout=tp=2,dp=2")
+        assert result.ret == 0, result.stdout.str()[-3000:]
+        result.stdout.fnmatch_lines(["*(NPU rank <- bench ranks: 0 <- 0+1, 1 <- 2+3)*",
+                                     "No divergence: all 7? compared nodes meet the criteria."])
+    result = _run(pytester, stats, TP1, L_TP2, L_TP1)
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    result.stdout.fnmatch_lines(["No divergence: all 144 compared nodes meet the criteria."])
+
+
+def _without_data(node: object) -> object:
+    if isinstance(node, dict):
+        return {k: _without_data(v) for k, v in node.items() if k != "data_name"}
+    if isinstance(node, list):
+        return [_without_data(v) for v in node]
+    return node
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    ((L_TP2,), "*--acc-npu-layout and --acc-bench-layout go together*"),
+    ((L_TP2, "--acc-bench-layout=tp=1,dp=4"), "*differ in dp or pp: only tensor parallelism "
+                                              "may differ*"),
+    (("--acc-npu-layout=tp=2", L_TP1), "*differ in dp or pp*"),
+    (("--acc-npu-layout=tp=1,dp=2", "--acc-bench-layout=tp=2,dp=2"),
+     "*--acc-npu-layout tp=1,dp=2,pp=1 has 2 ranks, the NPU dump * has rank 2*"),
+    (("--acc-npu-layout=tp=2,tp=4", L_TP1), "*expected tp=N,dp=N,pp=N*"),
+])
+def test_layouts_that_cannot_hold_are_usage_errors(pytester: pytest.Pytester,
+                                                    flags: tuple[str, ...], message: str) -> None:
+    result = _run(pytester, TP2, TP1, *flags)
+    assert result.ret in (pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERRUPTED)
+    text = result.stdout.str() + result.stderr.str()
+    assert any(fnmatch.fnmatch(line, message) for line in text.splitlines()), text
