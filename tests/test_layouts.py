@@ -90,15 +90,26 @@ def test_a_clean_tp2_run_passes_against_a_tp1_bench_given_the_layouts(
                                                                             "tp=1,dp=2")
     passed = [n for n in doc["compare"]["nodes"] if n["status"] == "pass"]
     assert {n["rank"] for n in passed} == {0, 1, 2, 3} and len(passed) > 100
-    # without the layouts it is never a silent pass: the shards' shapes differ
-    assert _run(pytester, TP2, TP1).ret == 1
+    # not given, the layouts are read from the dumps (every rank there), and said
+    inferred = _run(pytester, TP2, TP1)
+    assert inferred.ret == 0
+    inferred.stdout.fnmatch_lines([
+        "Layouts differ: NPU tp=2,dp=2,pp=1 against bench tp=1,dp=2,pp=1 (inferred from the "
+        "dumps: 4 NPU ranks against 2 bench ranks; ranks 0-1 of the NPU and rank 0 of the "
+        "bench read one batch, and the NPU's sharded tensors are 1/2 where the bench's are "
+        "whole; give --acc-npu-layout and --acc-bench-layout to say otherwise)*"])
+    # a part of the ranks without the layouts: paired rank by number, never a silent pass
+    assert _run(pytester, TP2, TP1, "--acc-ranks=0,1").ret == 1
 
 
+@pytest.mark.parametrize("given", [True, False], ids=["given", "inferred"])
 def test_the_rank_that_makes_the_error_is_named_across_layouts(
-        pytester: pytest.Pytester) -> None:
+        pytester: pytest.Pytester, given: bool) -> None:
     """bug_tp2dp2: rank 2 runs its RMSNorm with eps 1e-5; rank 2 is NPU (tp 0, dp 1), held
-    against bench rank 1 (dp 1)."""
-    result = _run(pytester, BUG, TP1, L_TP2, L_TP1)
+    against bench rank 1 (dp 1); the same verdict with the layouts given and inferred."""
+    result = _run(pytester, BUG, TP1, *((L_TP2, L_TP1) if given else ()))
+    result.stdout.fnmatch_lines(["Layouts differ: NPU tp=2,dp=2,pp=1 against bench "
+                                 "tp=1,dp=2,pp=1*"])
     assert result.ret == 1
     result.stdout.fnmatch_lines(["First divergence: Tensor.__add__.0.forward (step 0, rank 2), "
                                  "output.0: relative error 0.0714*"])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pytest_accuracy.dumps.model import Dump, DumpSet
+
 _PART = re.compile(r"\s*(tp|dp|pp)\s*=\s*(\d+)\s*")
 
 
@@ -51,3 +53,88 @@ def bench_ranks(npu: Layout, bench: Layout, rank: int) -> list[int]:
     first = tp_rank * bench.tp // npu.tp
     last = max(first, (tp_rank + 1) * bench.tp // npu.tp - 1) if bench.tp >= npu.tp else first
     return [bench.rank(j, dp_rank, pp_rank) for j in range(first, last + 1)]
+
+
+def infer_layouts(npu: DumpSet, bench: DumpSet) -> tuple[Layout, Layout, str] | None:
+    """The two runs' layouts read from their data, where their ranks differ in number: the
+    ranks of one tensor-parallel group read the same batch (consecutive ranks, Megatron's
+    order), the data-parallel groups each their own, the same on both sides; and a tensor
+    the NPU shards must be a shard of the bench's by the same ratio. None where the dumps do
+    not say it that plainly (then the layouts must be given)."""
+    step = min((s for s, _ in npu.dumps if any(k[0] == s for k in bench.dumps)), default=None)
+    if step is None:
+        return None
+    mine, theirs = _batches(npu, step), _batches(bench, step)
+    if mine is None or theirs is None or len(mine) == len(theirs):
+        return None
+    tn, tb = _group_size(mine), _group_size(theirs)
+    if tn is None or tb is None or len(mine) // tn != len(theirs) // tb:
+        return None
+    dp = len(mine) // tn
+    if any(mine[d * tn] != theirs[d * tb] for d in range(dp)):
+        return None  # another split of the data: not the same batches rank for rank
+    npu_layout, bench_layout = Layout(tp=tn, dp=dp), Layout(tp=tb, dp=dp)
+    if not _shards_agree(npu.dumps[(step, 0)], bench.dumps[(step, 0)], tn, tb):
+        return None
+    why = (f"inferred from the dumps: {len(mine)} NPU ranks against {len(theirs)} bench ranks; "
+           f"{_first(tn)} of the NPU and {_first(tb)} of the bench read one batch, and the "
+           f"NPU's sharded tensors are {_part(tn)} where the bench's are {_part(tb)}")
+    return npu_layout, bench_layout, why
+
+
+def _first(n: int) -> str:
+    return "rank 0" if n == 1 else f"ranks 0-{n - 1}"
+
+
+def _part(n: int) -> str:
+    return "whole" if n == 1 else f"1/{n}"
+
+
+Batch = tuple[tuple[int, ...], tuple[float | None, ...]]
+
+
+def _batches(dumps: DumpSet, step: int) -> list[Batch] | None:
+    """Per rank 0..n-1 at ``step``, what its first call reads (shape and statistics)."""
+    ranks = sorted(r for s, r in dumps.dumps if s == step)
+    if ranks != list(range(len(ranks))):
+        return None
+    out = []
+    for rank in ranks:
+        calls = dumps.dumps[(step, rank)].calls
+        first = next((r for c in calls for r in c.input_tensors), None)
+        if first is None:
+            return None
+        out.append((first.shape, tuple(first.stats)))
+    return out
+
+
+def _group_size(batches: list[Batch]) -> int | None:
+    """How many consecutive ranks read each batch, the same for every group."""
+    size = next((k for k in range(1, len(batches)) if batches[k] != batches[0]), len(batches))
+    if len(batches) % size:
+        return None
+    groups = [batches[g:g + size] for g in range(0, len(batches), size)]
+    if any(len(set(g)) != 1 for g in groups):
+        return None
+    return size
+
+
+def _shards_agree(npu: Dump, bench: Dump, tn: int, tb: int) -> bool:
+    """Some tensor is sharded by tn against tb, and every shape that differs does so."""
+    seen = False
+    for call in npu.calls:
+        other = bench.get(call.name)
+        if other is None:
+            continue
+        theirs = {r.path: r.shape for r in other.input_tensors + other.output_tensors}
+        for record in call.input_tensors + call.output_tensors:
+            shape = theirs.get(record.path)
+            if shape is None or shape == record.shape:
+                continue
+            differ = [k for k, (a, b) in enumerate(zip(record.shape, shape, strict=False))
+                      if a != b]
+            if (len(record.shape) != len(shape) or len(differ) != 1
+                    or record.shape[differ[0]] * tn != shape[differ[0]] * tb):
+                return False
+            seen = True
+    return seen

@@ -44,10 +44,13 @@ def layout_lines(state: Any) -> list[str]:
     from pytest_accuracy.pairing.layouts import bench_ranks
 
     mine, theirs = layouts
+    inferred = getattr(state, "inferred", None)
+    why = f" ({inferred[2]}; give --acc-npu-layout and --acc-bench-layout to say otherwise)" \
+        if inferred and not getattr(state, "given_layouts", None) else ""
     shown = [f"{r} <- {'+'.join(str(b) for b in bench_ranks(mine, theirs, r))}"
              for r in range(min(mine.world, 8))]
     more = f", ... ({mine.world} ranks)" if mine.world > 8 else ""
-    return [f"Layouts differ: NPU {mine} against bench {theirs}. Each NPU rank is compared "
+    return [f"Layouts differ: NPU {mine} against bench {theirs}{why}. Each NPU rank is compared "
             f"with the slice it holds of its bench ranks' tensors (NPU rank <- bench ranks: "
             f"{', '.join(shown)}{more}); partial sums the bench does not make are compared "
             "after their all-reduce."]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -28,6 +28,8 @@ class SuiteState:
     config: pytest.Config
     npu: Path | None
     bench: Path | None
+    # (NPU layout, bench layout, why) read from the dumps where none was given
+    inferred: tuple[Layout, Layout, str] | None = field(default=None, init=False)
 
     @property
     def has_dumps(self) -> bool:
@@ -85,6 +87,8 @@ class SuiteState:
         wanted = self._bench_ranks(npu)
         bench = self._load(self.bench, wanted if wanted is not None
                            else {rank} if rank is not None else None)
+        if self.layouts is None and rank is None:
+            self._infer(npu, bench)
         same = same_run(npu, bench) if self.layouts is None else None
         if same:
             _refuse(same, self.npu, rank)
@@ -103,9 +107,22 @@ class SuiteState:
             noise = BenchNoise(view, relayout(npu, mine, noise.noise, theirs))
         return npu, view, noise
 
-    @cached_property
+    @property
     def layouts(self) -> tuple[Layout, Layout] | None:
-        """The (NPU, bench) layouts where their tensor parallelism differs, else None."""
+        """The (NPU, bench) layouts where their tensor parallelism differs, else None: as
+        given, or as inferred from the dumps."""
+        return self.given_layouts or (self.inferred[:2] if self.inferred else None)
+
+    def _infer(self, npu: DumpSet, bench: DumpSet) -> None:
+        """Layouts read from the dumps where their ranks differ in number (none given)."""
+        from pytest_accuracy.pairing.layouts import infer_layouts
+
+        if set(r for _, r in npu.dumps) != set(r for _, r in bench.dumps):
+            self.inferred = infer_layouts(npu, bench)
+
+    @cached_property
+    def given_layouts(self) -> tuple[Layout, Layout] | None:
+        """The (NPU, bench) layouts given where their tensor parallelism differs, else None."""
         from pytest_accuracy.pairing.layouts import parse_layout
 
         given = setting(self.config, "npu_layout"), setting(self.config, "bench_layout")

@@ -240,6 +240,7 @@ class AccuracyResults:
         summary: dict[str, Any] = {"first_divergence": _public_first(self.first),
                                    "first_nonfinite": self.nonfinite,
                                    "coverage": self.coverage,
+                                   **_layouts_record(state),
                                    **({"compared_on": self.compared_on} if self.compared_on
                                       else {})}
         sections: dict[str, Any] = {"compare": compare_section(self.nodes, summary)
@@ -262,6 +263,16 @@ class AccuracyResults:
             images = _write_group_reports(self.config, self.groups, out)
             write_html(doc, out, images)
         return doc
+
+
+def _layouts_record(state: Any) -> dict[str, Any]:
+    """The layouts the compare used where they differ: given, or inferred and why."""
+    layouts = getattr(state, "layouts", None) if state is not None else None
+    if not layouts:
+        return {}
+    inferred = None if state.given_layouts else state.inferred
+    return {"layouts": {"npu": str(layouts[0]), "bench": str(layouts[1]),
+                        "inferred": inferred[2] if inferred else None}}
 
 
 def _compare_criteria(config: pytest.Config, state: Any) -> dict[str, Any]:
