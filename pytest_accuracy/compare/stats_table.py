@@ -8,7 +8,7 @@ from typing import cast
 
 import numpy as np
 
-from pytest_accuracy.compare.criteria import Tolerance
+from pytest_accuracy.compare.criteria import STAT_STEPS, Tolerance
 from pytest_accuracy.compare.metrics import MASK_VALUE, StatsMetrics, stats_metrics
 from pytest_accuracy.dumps.model import FLOAT_EPS, TensorRecord
 from pytest_accuracy.dumps.stats import StatsColumns
@@ -100,7 +100,11 @@ class StatsTable:
         range), or for an integer or bool dtype, Max and Min equal."""
         if dtype not in FLOAT_EPS:
             return self._exact[row]
-        return self._worst[row] <= tol.rel_err
+        if tol.spread is None:
+            return self._worst[row] <= tol.rel_err
+        # learned from the bench's noise: Max/Min/Mean get judge_stats' recording steps
+        norm, spread = float(self._metrics[row, 7]), float(self._metrics[row, 8])
+        return norm <= tol.rel_err and spread <= max(tol.rel_err, STAT_STEPS * FLOAT_EPS[dtype])
 
 
 def _fill(out: np.ndarray, records: Sequence[TensorRecord]) -> np.ndarray:
