@@ -39,6 +39,8 @@ class FirstDivergence:
     finding: str | None = None  # precision | argument | local_error
     twin_step: int | None = None  # an earlier step identical between the runs
     through: str | None = None  # a node only the NPU run records that made the difference
+    # a collective whose inputs agree: the error came in from another rank of its group
+    received: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +57,7 @@ class FirstDivergence:
             "finding": self.finding,
             "twin_step": self.twin_step,
             "through": self.through,
+            "received": self.received,
         }
 
     def sentence(self) -> str:
@@ -100,13 +103,34 @@ def _within(inner: str, outer: str) -> bool:
 
 
 def find_first_divergence(cmp: Comparison, upto: int | None = None) -> FirstDivergence | None:
-    """The earliest node (step, then rank, then call) that makes an error, up to ``upto``."""
+    """The earliest node that makes an error, up to ``upto``, in causal order
+    (``causal_key``): within a step, a rank that made it before one whose collective only
+    received it."""
     last = len(cmp) - 1 if upto is None else min(upto, len(cmp) - 1)
+    found: FirstDivergence | None = None
     for i in range(last + 1):
-        result = cmp.node(i)
-        if result.status == "fail":
-            return describe(cmp, cmp.with_inputs(i))
-    return None
+        if found is not None and cmp.entries[i][0].step != found.step:
+            break
+        if cmp.node(i).status != "fail":
+            continue
+        made = describe(cmp, cmp.with_inputs(i))
+        if found is None or causal_key(made.as_dict()) < causal_key(found.as_dict()):
+            found = made
+        if not found.received:
+            break
+    return found
+
+
+def causal_key(first: dict[str, Any]) -> tuple[int, bool, int, int]:
+    """The order first divergences are ranked in: step; then a node that made the error
+    before a collective that received it from another rank; then rank and call order."""
+    return (int(first["step"]), bool(first.get("received")), int(first["rank"]),
+            int(first.get("index", 0)))
+
+
+def is_collective(call: Call) -> bool:
+    """A call that exchanges values between ranks (msprobe's ``Distributed.*``)."""
+    return call.prefix == "Distributed"
 
 
 def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
@@ -148,6 +172,7 @@ def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
         finding=finding.kind if finding is not None else None,
         twin_step=result.twin_step,
         through=odd[0].name if odd else _through(result, finding),
+        received=appears and finding is None and is_collective(result.npu),
     )
 
 

@@ -311,7 +311,9 @@ def _index_teardown_reports(reporter: Any) -> None:
 
 
 def _earlier(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return (a["step"], a["rank"], a.get("index", 0)) < (b["step"], b["rank"], b.get("index", 0))
+    from pytest_accuracy.compare.divergence import causal_key
+
+    return causal_key(a) < causal_key(b)
 
 
 def _order(node: dict[str, Any]) -> tuple[int, int, int]:
@@ -513,7 +515,7 @@ def _public_first(first: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     return {k: first.get(k) for k in ("npu_name", "bench_name", "step", "rank", "tensor",
                                       "reason", "kind", "previous", "likely_cause", "stack",
-                                      "finding", "twin_step", "through")}
+                                      "finding", "twin_step", "through", "received")}
 
 
 def _inputs(config: pytest.Config) -> dict[str, Any]:
