@@ -11,7 +11,7 @@ from pytest_accuracy.compare.findings import module_class_finding, op_finding
 from pytest_accuracy.compare.metrics import StatsMetrics, TensorMetrics
 from pytest_accuracy.compare.odd_class import odd_one_inside
 from pytest_accuracy.compare.results import Finding
-from pytest_accuracy.dumps.model import Call, Dump, TensorRecord
+from pytest_accuracy.dumps.model import Call, Dump, TensorRecord, is_collective
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class FirstDivergence:
     through: str | None = None  # a node only the NPU run records that made the difference
     # a collective whose inputs agree: the error came in from another rank of its group
     received: bool = False
+    order: int = 0  # the node's place in its rank's dump (the same code: the same on each)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -58,6 +59,7 @@ class FirstDivergence:
             "twin_step": self.twin_step,
             "through": self.through,
             "received": self.received,
+            "order": self.order,
         }
 
     def sentence(self) -> str:
@@ -104,8 +106,7 @@ def _within(inner: str, outer: str) -> bool:
 
 def find_first_divergence(cmp: Comparison, upto: int | None = None) -> FirstDivergence | None:
     """The earliest node that makes an error, up to ``upto``, in causal order
-    (``causal_key``): within a step, a rank that made it before one whose collective only
-    received it."""
+    (``causal_key``), among the failing nodes of the first step that has one."""
     last = len(cmp) - 1 if upto is None else min(upto, len(cmp) - 1)
     found: FirstDivergence | None = None
     for i in range(last + 1):
@@ -116,21 +117,17 @@ def find_first_divergence(cmp: Comparison, upto: int | None = None) -> FirstDive
         made = describe(cmp, cmp.with_inputs(i))
         if found is None or causal_key(made.as_dict()) < causal_key(found.as_dict()):
             found = made
-        if not found.received:
-            break
     return found
 
 
 def causal_key(first: dict[str, Any]) -> tuple[int, bool, int, int]:
     """The order first divergences are ranked in: step; then a node that made the error
-    before a collective that received it from another rank; then rank and call order."""
-    return (int(first["step"]), bool(first.get("received")), int(first["rank"]),
-            int(first.get("index", 0)))
+    before a collective that received it from another rank; then its place in its rank's
+    calls (ranks run the same code side by side: an error on rank 3 before rank 0's
+    reaches rank 0 later, through a collective); then rank."""
+    return (int(first["step"]), bool(first.get("received")), int(first.get("order", 0)),
+            int(first["rank"]))
 
-
-def is_collective(call: Call) -> bool:
-    """A call that exchanges values between ranks (msprobe's ``Distributed.*``)."""
-    return call.prefix == "Distributed"
 
 
 def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
@@ -172,8 +169,22 @@ def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
         finding=finding.kind if finding is not None else None,
         twin_step=result.twin_step,
         through=odd[0].name if odd else _through(result, finding),
-        received=appears and finding is None and is_collective(result.npu),
+        received=_received(cmp, result, appears and finding is None),
+        order=result.npu.order,
     )
+
+
+def _received(cmp: Comparison, result: NodeResult, appears: bool) -> bool:
+    """Whether the error came in from another rank: the node is a collective whose inputs
+    agree, or it entered through one only the NPU run records (the bench at another TP size
+    makes no such exchange)."""
+    dump = cmp.entries[result.index][0]
+    bench = cmp.bench.dumps.get((dump.step, dump.rank))
+    exchanges = bench.exchanges if bench is not None else set()
+    if appears:
+        return is_collective(result.npu) or result.npu.name in exchanges
+    return any(is_collective(c) or name in exchanges for name in result.entered_through
+               if (c := dump.get(name)) is not None)
 
 
 def _odd_inside(cmp: Comparison, result: NodeResult) -> tuple[Call, str] | None:

@@ -252,7 +252,7 @@ class Comparison:
 
     @cached_property
     def _flags(self) -> VerifiedFlags:
-        return VerifiedFlags(self.provenance, self._diverged)
+        return VerifiedFlags(self.provenance, self._diverged, self.entries)
 
     def _diverged(self, index: int) -> bool:
         """Node ``index``, diagnosed (here, not in the pool: a pool thread may be asking),

@@ -107,7 +107,13 @@ def build(
     pairs = [(dump, call, bench_call(i)) for i, (dump, call) in enumerate(entries)]
     prov.stats = StatsTable(_output_pairs(pairs))
     identical = identical_steps(pairs)
-    first: int | None = None
+    # the first flagged node a node may carry: of an earlier step (any rank: the optimizer's
+    # all-reduce carries it), else of its own step and rank (another rank's error reaches
+    # this one within a step only through a collective this rank records)
+    first_earlier: int | None = None
+    first_this_step: int | None = None
+    first_here: dict[tuple[int, int], int] = {}
+    step_now: int | None = None
     held: list[CompareCriteria] = []
     changed: set[tuple[int, int]] = set()  # (step, rank) where an output dtype already differed
     seen: dict[tuple[str, str, tuple[str, ...]], int] = {}
@@ -117,6 +123,11 @@ def build(
     several_steps = len(dumps) > len({d.rank for d in dumps})
     rounding = criteria.held_to_rounding()  # after an identical step (one object: its memo)
     for i, (dump, call, bench) in enumerate(pairs):
+        if dump.step != step_now:
+            first_earlier = first_earlier if first_earlier is not None else first_this_step
+            first_this_step, step_now = None, dump.step
+        first = first_earlier if first_earlier is not None else first_here.get(
+            (dump.step, dump.rank))
         prov.matched.append(bench is not None)
         prov.first_flag_before.append(first)
         twin = twin_step_before(identical, dump.step, dump.rank)
@@ -148,8 +159,9 @@ def build(
             earlier = first_calls.setdefault((dump.rank, call.name), (dump.step, i))
             if earlier[0] < dump.step:
                 prov.same_call_earlier[i] = earlier[1]
-        if flagged and first is None:
-            first = i
+        if flagged:
+            first_here.setdefault((dump.step, dump.rank), i)
+            first_this_step = i if first_this_step is None else first_this_step
         if bench is not None and _output_dtype_differs(call, bench):
             changed.add((dump.step, dump.rank))
     _index_containment(prov, entries)

@@ -328,6 +328,11 @@ def _tensors_of(args: list[Arg]) -> list[TensorRecord]:
     return args  # type: ignore[return-value]  # every element is a TensorRecord
 
 
+def is_collective(call: Call) -> bool:
+    """A call that exchanges values between ranks (msprobe's ``Distributed.*``)."""
+    return call.prefix == "Distributed"
+
+
 @dataclass
 class Dump:
     """One dump.json (one step of one rank) with its calls in execution order."""
@@ -342,6 +347,9 @@ class Dump:
     notes: list[str] = field(default_factory=list)  # what the reader had to assume
     # calls whose outputs a view of another layout could not make, and why (pairing/shards.py)
     left_out: dict[str, str] = field(default_factory=dict)
+    # calls that complete a value across ranks inside (a module that all-reduces): errors of
+    # other ranks come in through them, as through a collective (pairing/shards.py)
+    exchanges: set[str] = field(default_factory=set)
     _by_name: dict[str, Call] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

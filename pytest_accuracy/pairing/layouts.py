@@ -76,10 +76,15 @@ def infer_layouts(npu: DumpSet, bench: DumpSet) -> tuple[Layout, Layout, str] | 
     npu_layout, bench_layout = Layout(tp=tn, dp=dp), Layout(tp=tb, dp=dp)
     if not _shards_agree(npu.dumps[(step, 0)], bench.dumps[(step, 0)], tn, tb):
         return None
-    why = (f"inferred from the dumps: {len(mine)} NPU ranks against {len(theirs)} bench ranks; "
+    why = (f"inferred from the dumps: {_ranks(len(mine))} of the NPU against "
+           f"{_ranks(len(theirs))} of the bench; "
            f"{_first(tn)} of the NPU and {_first(tb)} of the bench read one batch, and the "
            f"NPU's sharded tensors are {_part(tn)} where the bench's are {_part(tb)}")
     return npu_layout, bench_layout, why
+
+
+def _ranks(n: int) -> str:
+    return "1 rank" if n == 1 else f"{n} ranks"
 
 
 def _first(n: int) -> str:

@@ -8,16 +8,17 @@ replaced by what r holds of it:
 * a tensor sharded along one dimension (column-parallel outputs, sharded weights, a
   vocabulary-parallel head's logits: the NPU's shape times its TP size equals the bench's
   times its TP size there) is the slice of the bench shards concatenated along it;
-* a full-shaped output of a call that reads a shard (a row-parallel Linear's partial sums
-  before their all-reduce, a vocabulary-parallel embedding's lookup) is the sum of the bench
-  ranks' partial sums over the same range where the bench splits finer; where it splits
-  coarser, the bench holds no such partial sum and the record is left out (the value is
-  compared after the all-reduce);
+* a *partial* value (the full-shaped output of a call that reads a shard, such as a
+  row-parallel Linear's partial sums or a vocabulary-parallel lookup, of a call whose
+  arguments depend on the TP rank, or of a call that reads a partial value) is not compared
+  unless the ranks that hold it hold it alike; the collective that completes it is, and what
+  follows (``_View``);
 * any other full-shaped tensor is replicated: the bench's as it is.
 
-Tensor dumps give every slice and sum. From statistics, a slice that is a union of whole
-bench shards combines theirs (Max, Min; Mean by element counts; Norm as the root of the sum
-of squares); any other slice or sum has no statistics (unchecked, said so).
+Tensor dumps give every slice. From statistics, a slice that is a union of whole bench shards
+combines theirs (Max, Min; Mean by element counts; Norm as the root of the sum of squares);
+any other slice takes them from the bench's tensors where it dumped them, else has none
+(unchecked, said so).
 """
 
 from __future__ import annotations
@@ -29,19 +30,28 @@ from dataclasses import replace
 import numpy as np
 
 from pytest_accuracy.compare.fold import as_float64
-from pytest_accuracy.dumps.model import Arg, Call, Dump, DumpSet, RecordSource, TensorRecord
+from pytest_accuracy.dumps.model import (
+    Arg,
+    Call,
+    Dump,
+    DumpSet,
+    RecordSource,
+    TensorRecord,
+    is_collective,
+    is_float_dtype,
+)
 from pytest_accuracy.dumps.stats import Stats
 from pytest_accuracy.pairing.layouts import Layout, bench_ranks
 
 
 class ShardRecord(TensorRecord):
-    """A record made of bench records: the slice ``[start, stop)`` along ``axis`` of their
-    concatenation, or (``axis`` None) their sum."""
+    """A record made of bench records: the slice ``span`` along ``axis`` of their
+    concatenation."""
 
     __slots__ = ("_axis", "_parts", "_span", "_stats")
 
     def __init__(self, template: TensorRecord, shape: tuple[int, ...],
-                 parts: Sequence[TensorRecord], axis: int | None, span: tuple[int, int],
+                 parts: Sequence[TensorRecord], axis: int, span: tuple[int, int],
                  stats: Stats) -> None:
         super().__init__(template.path, template.role, template.dtype, template.raw_dtype,
                          shape, RecordSource(stats, None, template.dump_json, template.confine),
@@ -67,8 +77,6 @@ class ShardRecord(TensorRecord):
 
     def load(self) -> np.ndarray:
         arrays = [as_float64(p.load()) for p in self._parts]
-        if self._axis is None:
-            return np.asarray(sum(arrays[1:], arrays[0]))
         joined = np.concatenate(arrays, axis=self._axis)
         return np.take(joined, range(*self._span), axis=self._axis)
 
@@ -76,92 +84,203 @@ class ShardRecord(TensorRecord):
 def relayout(npu: DumpSet, npu_layout: Layout, bench: DumpSet, bench_layout: Layout
              ) -> DumpSet:
     """The bench as each NPU rank sees it (keyed by the NPU's step and rank); ranks whose
-    bench ranks are missing at a step are left out (the compare says so)."""
+    bench ranks are missing at a step are left out (the compare says so). The NPU ranks of
+    one TP group loaded together tell a replicated value from a partial one."""
     if npu_layout.dp != bench_layout.dp or npu_layout.pp != bench_layout.pp:
         raise ValueError(
             f"the NPU layout {npu_layout} and the bench layout {bench_layout} differ in dp or "
             "pp: only tensor parallelism may differ (each rank's data and pipeline stage "
             "must be the same on both sides)")
-    views: dict[tuple[int, int], Dump] = {}
+    views: dict[tuple[int, int], _View] = {}
     for (step, rank), mine in npu.dumps.items():
-        group = [bench.dumps.get((step, r)) for r in bench_ranks(npu_layout, bench_layout, rank)]
-        if any(d is None for d in group):
+        group = [d for r in bench_ranks(npu_layout, bench_layout, rank)
+                 if (d := bench.dumps.get((step, r))) is not None]
+        if len(group) < len(bench_ranks(npu_layout, bench_layout, rank)):
             continue
-        tp_rank = npu_layout.coords(rank)[0]
-        views[(step, rank)] = _view(mine, [d for d in group if d is not None], npu_layout.tp,
-                                    bench_layout.tp, tp_rank)
-    return DumpSet(bench.root, views)
+        tp_rank, dp_rank, pp_rank = npu_layout.coords(rank)
+        peers = [d for j in range(npu_layout.tp)
+                 if (d := npu.dumps.get((step, npu_layout.rank(j, dp_rank, pp_rank))))]
+        views[(step, rank)] = _View(mine, peers, group, npu_layout.tp, bench_layout.tp, tp_rank)
+    made = {key: view.dump() for key, view in views.items()}
+    # a value is partial on every rank of its TP group or on none: one rank alone reading a
+    # partial value where its peers read the complete one (an all-reduce it skipped) is
+    # compared, and fails there
+    for (step, rank), view in views.items():
+        _, dp_rank, pp_rank = npu_layout.coords(rank)
+        peers = [made[k] for j in range(npu_layout.tp)
+                 if (k := (step, npu_layout.rank(j, dp_rank, pp_rank))) in made]
+        agreed = set.intersection(*(set(d.left_out) for d in peers))
+        if agreed != set(made[(step, rank)].left_out):
+            view.agreed = agreed
+            view.partial, view.left_out, view.exchanges = set(), {}, set()
+            made[(step, rank)] = view.dump()
+    return DumpSet(bench.root, made)
 
 
-def _view(mine: Dump, group: list[Dump], tn: int, tb: int, tp_rank: int) -> Dump:
-    calls: list[Call] = []
-    left_out: dict[str, str] = {}
-    for call in group[0].calls:
-        theirs = [d.get(call.name) for d in group]
-        parts = [c for c in theirs if c is not None]
-        if len(parts) != len(theirs):
-            continue
-        ours = mine.get(call.name)
-        made = _call_view(parts, ours, tn, tb, tp_rank) if ours is not None else call
-        if len(made.output_tensors) < len(call.output_tensors):
-            left_out[call.name] = (
-                f"not compared: its outputs are partial sums of NPU TP rank {tp_rank} of {tn} "
-                f"(it reads a shard), and the bench at TP={tb} holds none of that range: the "
-                "value is compared after the all-reduce that sums them")
-        calls.append(made)
-    notes = [f"the bench ranks holding NPU rank {mine.rank}'s part: "
-             + ", ".join(str(d.rank) for d in group)]
-    return Dump(group[0].path, group[0].framework, group[0].level, group[0].mode, mine.step,
-                mine.rank, calls, notes, left_out)
+class _View:
+    """One NPU rank's view of its bench ranks, call by call in execution order.
 
+    A *partial* value differs from rank to rank of a TP group by design: the full-shaped
+    output of a call that reads a shard (a row-parallel Linear's partial sums, a vocabulary-
+    parallel lookup), of one whose arguments depend on the TP rank (a vocabulary range), or of
+    one that reads a partial value, until a collective completes it; unless the bench ranks
+    (or, at bench TP=1, the NPU's own TP peers) hold it alike, which shows it complete (a
+    module that all-reduces inside). Partial values are not compared: the value is, after the
+    collective."""
 
-def _call_view(parts: list[Call], ours: Call, tn: int, tb: int, tp_rank: int) -> Call:
-    mine = {r.path: r for r in _records(ours)}
-    base = parts[0]
-    # a call that reads a tensor sharded on one side makes partial values of full shape
-    reads_shard = any(r.path in mine and mine[r.path].shape != r.shape
-                      for r in base.input_tensors + base.parameters)
-    tables = [{r.path: r for r in _records(c)} for c in parts]
+    def __init__(self, mine: Dump, peers: list[Dump], group: list[Dump], tn: int, tb: int,
+                 tp_rank: int, agreed: set[str] | None = None) -> None:
+        self.mine, self.peers, self.group = mine, peers, group
+        self.agreed = agreed  # the calls partial on every rank of the TP group
+        self.tn, self.tb, self.tp_rank = tn, tb, tp_rank
+        self.partial: set[Key] = set()  # the NPU rank's partial values
+        self.left_out: dict[str, str] = {}
+        self.exchanges: set[str] = set()
 
-    def view(args: list[Arg]) -> list[Arg]:
-        out: list[Arg] = []
-        for arg in args:
-            shards = ([t.get(arg.path) for t in tables] if isinstance(arg, TensorRecord)
-                      else [])
-            if not isinstance(arg, TensorRecord) or any(s is None for s in shards):
-                out.append(arg)
+    def dump(self) -> Dump:
+        calls: list[Call] = []
+        for call in self.group[0].calls:
+            parts = [c for d in self.group if (c := d.get(call.name)) is not None]
+            ours = self.mine.get(call.name)
+            if len(parts) != len(self.group):
                 continue
-            made = _record([s for s in shards if s is not None], mine.get(arg.path),
-                           reads_shard and arg.role == "output", tn, tb, tp_rank)
-            if made is not None:
-                out.append(made)
-        return out
+            calls.append(self._call(parts, ours) if ours is not None else call)
+        notes = [f"the bench ranks holding NPU rank {self.mine.rank}'s part: "
+                 + ", ".join(str(d.rank) for d in self.group)]
+        first = self.group[0]
+        return Dump(first.path, first.framework, first.level, first.mode, self.mine.step,
+                    self.mine.rank, calls, notes, self.left_out, self.exchanges)
 
-    made = replace(base, inputs=view(base.inputs), outputs=view(base.outputs),
-                   parameters=[r for r in view(list(base.parameters))
-                               if isinstance(r, TensorRecord)],
-                   fixed_inputs=None, fixed_outputs=None, fixed_signature=None)
-    made.fix_tensors()
-    return made
+    def _call(self, parts: list[Call], ours: Call) -> Call:
+        mine = {r.path: r for r in _records(ours)}
+        base = parts[0]
+        why = self._partial_reason(parts, ours, mine)
+        if self.agreed is not None and base.name not in self.agreed:
+            why = ""
+        tables = [{r.path: r for r in _records(c)} for c in parts]
+        dropped = False
+
+        def view(args: list[Arg]) -> list[Arg]:
+            nonlocal dropped
+            out: list[Arg] = []
+            for arg in args:
+                shards = ([t.get(arg.path) for t in tables] if isinstance(arg, TensorRecord)
+                          else [])
+                if not isinstance(arg, TensorRecord) or any(s is None for s in shards):
+                    out.append(arg)
+                    continue
+                found = [s for s in shards if s is not None]
+                npu = mine.get(arg.path)
+                if why and arg.role == "output" and (npu is None or npu.shape == found[0].shape
+                                                     or why.startswith("it gathers")):
+                    if (npu is not None and not why.startswith("it gathers")
+                            and self._alike(parts, ours, arg)):
+                        self.exchanges.add(base.name)  # complete, though it read a shard
+                    else:
+                        dropped = True
+                        if npu is not None:
+                            self.partial.add(_key(npu))
+                        continue
+                out.append(_record(found, npu, self.tn, self.tb, self.tp_rank))
+            return out
+
+        inputs = view(base.inputs)
+        if is_collective(ours) or why:
+            # its process group (or a vocabulary range) is the layout's, not a difference:
+            # the NPU's own, so that only the values are compared
+            theirs = {a.path: a for a in ours.inputs if not isinstance(a, TensorRecord)}
+            inputs = [theirs.get(a.path, a) if not isinstance(a, TensorRecord) else a
+                      for a in inputs]
+        made = replace(base, inputs=inputs, outputs=view(base.outputs),
+                       parameters=[r for r in view(list(base.parameters))
+                                   if isinstance(r, TensorRecord)],
+                       fixed_inputs=None, fixed_outputs=None, fixed_signature=None)
+        made.fix_tensors()
+        if dropped:
+            self.left_out[base.name] = (
+                f"not compared: its output on NPU rank {self.mine.rank} (TP rank "
+                f"{self.tp_rank} of {self.tn}) is a partial value ({why}) that the bench at "
+                f"TP={self.tb} does not make: the value is compared after the collective that "
+                "completes it")
+        return made
+
+    def _partial_reason(self, parts: list[Call], ours: Call,
+                        mine: dict[str, TensorRecord]) -> str:
+        """Why the call's full-shaped outputs may be partial values, else ''."""
+        if is_collective(ours):
+            if len(ours.output_tensors) != len(parts[0].output_tensors):
+                return (f"it gathers {len(ours.output_tensors)} pieces where the bench's "
+                        f"gathers {len(parts[0].output_tensors)}")
+            return ""
+        forward = ours.name.replace(".backward", ".forward")
+        if forward != ours.name and forward in self.left_out:
+            return "its forward's output was a partial value"
+        if any(r.path in mine and mine[r.path].shape != r.shape
+               for r in parts[0].input_tensors + parts[0].parameters):
+            return "it reads a shard"
+        if any(_key(r) in self.partial for r in ours.input_tensors):
+            return "it reads a partial value"
+        peers = [c for d in self.peers if (c := d.get(ours.name)) is not None]
+        # the bench is clean: arguments that differ between its ranks are the layout's; the
+        # NPU's may differ by a bug, unless they are integers (an index range such as a
+        # vocabulary shard's start), which a float that differs (an eps) never is
+        if len({_scalars(c) for c in parts}) > 1 or len({_scalars(c, ints=True)
+                                                         for c in peers}) > 1:
+            return "its arguments depend on the TP rank"
+        return ""
+
+    def _alike(self, parts: list[Call], ours: Call, arg: TensorRecord) -> bool:
+        """Whether the value is the same on every rank that holds it: on the bench ranks
+        (two or more), else on the NPU rank's TP peers."""
+        if len(parts) > 1:
+            calls = parts
+        else:
+            calls = [c for d in self.peers if (c := d.get(ours.name)) is not None]
+            if len(calls) < 2:
+                return False
+        found = [{r.path: r for r in _records(c)}.get(arg.path) for c in calls]
+        records = [r for r in found if r is not None]
+        return len(records) == len(found) and _same_values(records)
+
+
+def _same_values(records: list[TensorRecord]) -> bool:
+    """Whether the records hold one value: by their data or checksums where they have them;
+    by their statistics only for floats (a bool mask's Max and Min say little)."""
+    first = records[0]
+    if any(r.shape != first.shape or r.dtype != first.dtype for r in records):
+        return False
+    if all(r.has_data for r in records):
+        return all(np.array_equal(r.load(), first.load()) for r in records[1:])
+    if all(r.md5 is not None for r in records):
+        return len({r.md5 for r in records}) == 1
+    return is_float_dtype(first.dtype) and len({tuple(r.stats) for r in records}) == 1
+
+
+Key = tuple[str, tuple[int, ...], tuple[float | None, ...]]
+
+
+def _key(record: TensorRecord) -> Key:
+    """A value as one rank's dump records it (a call's output read by a later call)."""
+    return record.dtype, record.shape, tuple(record.stats)
+
+
+def _scalars(call: Call, ints: bool = False) -> tuple[tuple[str, str], ...]:
+    """The call's non-tensor arguments (``ints``: its integer ones only)."""
+    return tuple((a.path, repr(a.value)) for a in call.scalar_inputs
+                 if not ints or (isinstance(a.value, int) and not isinstance(a.value, bool)))
 
 
 def _records(call: Call) -> list[TensorRecord]:
     return call.input_tensors + call.parameters + call.output_tensors
 
 
-def _record(shards: list[TensorRecord], npu: TensorRecord | None, partial: bool, tn: int,
-            tb: int, tp_rank: int) -> TensorRecord | None:
+def _record(shards: list[TensorRecord], npu: TensorRecord | None, tn: int, tb: int,
+            tp_rank: int) -> TensorRecord:
     """What NPU TP rank ``tp_rank`` holds of the bench's ``shards`` (see the module doc)."""
     first = shards[0]
-    if npu is None or tn == tb or any(s.shape != first.shape for s in shards):
+    if npu is None or tn == tb or npu.shape == first.shape or any(
+            s.shape != first.shape for s in shards):
         return first
-    if npu.shape == first.shape:
-        if not partial:
-            return first
-        if tb < tn:
-            return None  # a partial sum over less than one bench shard: the bench has none
-        stats = first.stats if len(shards) == 1 else Stats()
-        return ShardRecord(first, first.shape, shards, None, (0, 0), stats)
     axis = _shard_axis(npu.shape, first.shape, tn, tb)
     if axis is None:
         return first  # another shape: the compare reports it

@@ -196,11 +196,11 @@ def carry_across_shards(nodes: list[dict[str, Any]]) -> None:
 
 
 def _earliest(candidates: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
-    """Causal order: step, then a node that made the error before a collective received it,
-    then rank and call order; shards never share a (step, rank)."""
+    """Causal order (``divergence.causal_key``); shards never share a (step, rank)."""
+    from pytest_accuracy.compare.divergence import causal_key
+
     found = [c for c in candidates if c]
-    return min(found, key=lambda c: (int(c["step"]), bool(c.get("received")), int(c["rank"]))
-               ) if found else None
+    return min(found, key=causal_key) if found else None
 
 
 def _is(node: dict[str, Any], first: dict[str, Any] | None) -> bool:

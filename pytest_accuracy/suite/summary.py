@@ -515,7 +515,7 @@ def _public_first(first: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     return {k: first.get(k) for k in ("npu_name", "bench_name", "step", "rank", "tensor",
                                       "reason", "kind", "previous", "likely_cause", "stack",
-                                      "finding", "twin_step", "through", "received")}
+                                      "finding", "twin_step", "through", "received", "order")}
 
 
 def _inputs(config: pytest.Config) -> dict[str, Any]:
