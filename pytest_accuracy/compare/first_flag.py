@@ -45,6 +45,8 @@ class VerifiedFlags:
                     continue
                 verdict = self._verdict.get(i)
                 if verdict is None:
+                    # asked again while it is diagnosed (re-entered): not a divergence yet
+                    self._verdict[i] = False
                     verdict = self._verdict[i] = self._diverges(self._prov.origin(i))
                 if verdict:
                     return self._prov.origin(i)
