@@ -31,7 +31,7 @@ def test_the_option_writes_verdict_first_divergence_and_failures(
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     text = out.read_text()
     assert text.startswith("## ❌ pytest-accuracy: FAIL\n")
-    assert "Checked: 1 failed, 47 passed, 197 xfailed" in text
+    assert "Checked: 1 failed, 48 passed, 197 xfailed" in text
     assert "### First divergence" in text
     assert r"**Tensor.\_\_add\_\_.5.forward** (step 0, rank 0), output.0: relative error" in text
     assert "Likely cause: non-tensor argument differs (input.1: 1e-05 vs bench 1e-06)" in text

@@ -46,7 +46,7 @@ def test_eps_bug_fails_naming_first_divergence_l1(pytester: pytest.Pytester) -> 
     # everything before the bug is bit-identical and passes; one bug gives one failure:
     # every node downstream only carries it (xfail), and step 1 repeats the same finding
     outcomes = result.parseoutcomes()
-    assert (outcomes["passed"], outcomes["failed"], outcomes["xfailed"]) == (47, 1, 197)
+    assert (outcomes["passed"], outcomes["failed"], outcomes["xfailed"]) == (48, 1, 197)
     # the answer is the last sentence of the summary
     section = result.stdout.str().split("= accuracy =")[1].splitlines()
     assert section[-2].startswith("First divergence: Tensor.__add__.5.forward (step 0")
@@ -175,7 +175,8 @@ def test_selection_by_step_and_scope(pytester: pytest.Pytester) -> None:
                  "--acc-steps-select=1", "--acc-scope=Module.layers.0.*", "--collect-only", "-q")
     lines = [line for line in result.stdout.lines if line.startswith("accuracy::")]
     allowed = ("accuracy::compare::1/0/Module.layers.0.", "accuracy::compare::coverage",
-               "accuracy::compare::local_norm", "accuracy::compare::gradient_steps")
+               "accuracy::compare::local_norm", "accuracy::compare::gradient_steps",
+               "accuracy::compare::inputs")
     assert lines and all(line.startswith(allowed) for line in lines)
 
 
@@ -196,7 +197,7 @@ def test_waivers_relax_or_mark_known_divergence(pytester: pytest.Pytester) -> No
 
 def test_unmatched_nodes_are_skipped_and_listed(pytester: pytest.Pytester) -> None:
     result = run(pytester, dump("ms_fp32", "L0_tensor"), dump("pt_fp32", "L0_tensor"),
-                 "--acc-align=name", "-rs", "-k", "not local_norm and not gradient_steps")
+                 "--acc-align=name", "-rs", "-k", "not local_norm and not gradient_steps and not inputs")
     assert result.ret == 1  # nothing comparable matched: the coverage item fails
     result.stdout.fnmatch_lines([
         "*Nothing comparable matched: 0 of 126 NPU nodes found a bench counterpart.*",
@@ -278,7 +279,7 @@ def test_waived_nodes_are_listed_with_their_reason_and_a_stale_waiver_is_said(
     md = pytester.path / "summary.md"
     result = run(pytester, dump("pt_bug", "L0_tensor"), dump("pt_fp32", "L0_tensor"),
                  f"--acc-waivers={waivers}", f"--acc-markdown={md}",
-                 "-k", "not local_norm and not gradient_steps")  # gradients: not waivable
+                 "-k", "not local_norm and not gradient_steps and not inputs")  # gradients: not waivable
     assert result.ret == 0
     result.stdout.fnmatch_lines([
         "Waiver 'Module.layers.9.*' (a layer this model lost) matched no compared node: remove "
@@ -292,7 +293,7 @@ def test_waived_nodes_are_listed_with_their_reason_and_a_stale_waiver_is_said(
     assert "Waived: Module.layers.1.n1.RMSNorm.forward.0" in text and "JIRA-1" in text
     strict = run(pytester, dump("pt_bug", "L0_tensor"), dump("pt_fp32", "L0_tensor"),
                  f"--acc-waivers={waivers}", "--acc-strict-waivers",
-                 "-k", "not local_norm and not gradient_steps")
+                 "-k", "not local_norm and not gradient_steps and not inputs")
     assert strict.ret == pytest.ExitCode.TESTS_FAILED  # a strict CI: the stale waiver fails
     strict.stdout.fnmatch_lines(["*--acc-strict-waivers: Waiver 'Module.layers.9.*' (a layer "
                                  "this model lost) matched no compared node*"])

@@ -104,7 +104,7 @@ def test_a_node_id_argument_selects_generated_items(pytester: pytest.Pytester) -
     result = run(pytester, *dumps(), "accuracy::compare::coverage",
                  "accuracy::compare::0/0/Tensor.__add__.5.forward")
     assert result.ret == 1
-    result.assert_outcomes(passed=1, failed=1, deselected=243)
+    result.assert_outcomes(passed=1, failed=1, deselected=244)
 
 
 def test_loss_summary_lists_every_failing_check_and_the_divergence_step(

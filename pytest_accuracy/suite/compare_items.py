@@ -54,8 +54,10 @@ class CompareGroup(AccuracyGroup):
                 yield CompareItem.from_parent(self, name=name, index=i)
         yield CoverageItem.from_parent(self, name="coverage")
         from pytest_accuracy.suite.gradient_items import gradient_items
+        from pytest_accuracy.suite.input_items import input_items
 
         yield from gradient_items(self, cmp)
+        yield from input_items(self, cmp)
 
 
 def scoped(cmp: Comparison, scopes: list[str]) -> list[int]:

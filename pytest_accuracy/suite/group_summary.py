@@ -8,7 +8,7 @@ from pytest_accuracy.text import escape_controls
 
 _UNITS = {"loss": "checks", "config": "checklist keys", "precheck": "APIs",
           "gradients": "checks", "suites": "@accuracy tests", "overflow": "step/rank dumps",
-          "monitor": "states"}
+          "monitor": "states", "data": "checks"}
 _FAILED = ("fail", "missing")
 # Per-API failures can run into the hundreds: the failures section has them all.
 _MAX_LISTED = {"precheck": 10}
