@@ -126,8 +126,8 @@ def build(
         if dump.step != step_now:
             first_earlier = first_earlier if first_earlier is not None else first_this_step
             first_this_step, step_now = None, dump.step
-        first = first_earlier if first_earlier is not None else first_here.get(
-            (dump.step, dump.rank))
+        first = (first_earlier if first_earlier is not None or not first_here
+                 else first_here.get((dump.step, dump.rank)))
         prov.matched.append(bench is not None)
         prov.first_flag_before.append(first)
         twin = twin_step_before(identical, dump.step, dump.rank)

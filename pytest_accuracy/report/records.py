@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from operator import attrgetter
@@ -46,14 +45,20 @@ _ROW_KEYS = {  # the row's columns by the kind of its metrics
 }
 
 
-@functools.lru_cache(maxsize=4096)
 def tolerance_record(tol: Tolerance) -> dict[str, Any]:
-    """A tolerance as JSON, one dict per tolerance (shared by every node held to it: read
-    only); where it was learned from the bench runs' spread, that spread too."""
-    out: dict[str, Any] = {"rel_err": tol.rel_err, "min_cosine": tol.min_cosine}
+    """A tolerance as JSON: one dict per fixed tolerance, shared by every node held to it
+    (read only; asked for each of 100k nodes: found by the object's id); a tolerance learned
+    from the bench runs' spread is one node's, with that spread."""
     if tol.spread is not None:
-        out.update(spread=tol.spread, inherited=tol.inherited)
-    return out
+        return {"rel_err": tol.rel_err, "min_cosine": tol.min_cosine, "spread": tol.spread,
+                "inherited": tol.inherited}
+    known = _FIXED.get(id(tol))
+    if known is None or known[0] is not tol:
+        known = _FIXED[id(tol)] = (tol, {"rel_err": tol.rel_err, "min_cosine": tol.min_cosine})
+    return known[1]
+
+
+_FIXED: dict[int, tuple[Tolerance, dict[str, Any]]] = {}  # the tolerance kept: its id holds
 
 
 def node_record(
