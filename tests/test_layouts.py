@@ -238,3 +238,12 @@ def test_the_same_verdict_given_or_inferred(pytester: pytest.Pytester) -> None:
         assert result.ret == 1
         first = json.loads(out.read_text())["compare"]["first_divergence"]
         assert (first["npu_name"], first["rank"]) == ("Module.fc2.RowParallelLinear.forward.0", 1)
+
+
+def test_the_report_page_says_which_layouts_met(pytester: pytest.Pytester) -> None:
+    runs = LAYOUTS / "L0"
+    result = _run(pytester, runs / "tp2", runs / "tp1", f"--acc-report={pytester.path / 'r'}")
+    assert result.ret == 0
+    page = (pytester.path / "r" / "index.html").read_text()
+    assert ("NPU layout tp=2,dp=1,pp=1 against bench tp=1,dp=1,pp=1 (inferred from the dumps): "
+            "each NPU rank compared with the slice its bench ranks hold") in page

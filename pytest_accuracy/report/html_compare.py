@@ -116,6 +116,12 @@ def headline(compare: dict[str, Any]) -> str:
     coverage = compare.get("coverage") or {}
     if coverage:
         parts.append(f"{esc(coverage.get('matched'))} of {esc(coverage.get('total'))} matched")
+    layouts = compare.get("layouts") or {}
+    if layouts:
+        how = " (inferred from the dumps)" if layouts.get("inferred") else ""
+        parts.append(f"NPU layout {esc(layouts.get('npu'))} against bench "
+                     f"{esc(layouts.get('bench'))}{how}: each NPU rank compared with the slice "
+                     "its bench ranks hold")
     return "; ".join(parts)
 
 
