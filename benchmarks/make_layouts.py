@@ -39,7 +39,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_multirank import CopyToTP, free_port
 
 V, D, FF, B, T, STEPS, LR, EPS = 16, 16, 32, 2, 4, 2, 0.5, 1e-6
 BUG_RANK = 1
@@ -67,21 +69,6 @@ LEVELS = {
 
 
 # --- Megatron's conjugate autograd functions -------------------------------------------------
-
-class CopyToTP(torch.autograd.Function):
-    """Identity forward; the input gradient is summed over the TP group (Megatron's ``f``)."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:
-        ctx.group = group
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        grad = grad.clone()
-        dist.all_reduce(grad, group=ctx.group)
-        return grad, None
-
 
 class ReduceFromTP(torch.autograd.Function):
     """All-reduce forward, identity backward (Megatron's ``g``). ``keep_partial``: the bug."""
@@ -240,12 +227,6 @@ def worker(rank: int, world: int, bug: str | None, level: str, dump_path: str, p
     Path(dump_path, f".loss_{rank}.json").write_text(json.dumps(losses))
     dist.barrier()
     dist.destroy_process_group()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def main() -> None:

@@ -92,6 +92,7 @@ class BenchNoise:
         self._pairs: dict[tuple[int, int], Mapping[str, str]] = {}
         self._makers: dict[tuple[int, int], dict[Print, list[Call]]] = {}
         self._spreads: dict[tuple[int, int, str], tuple[float, str, bool] | None] = {}
+        self._owns: dict[tuple[int, int, str], tuple[float, str] | None] = {}
         self._lock = threading.Lock()
 
     def at(self, step: int, rank: int, bench_call: Call, dtype: str) -> NodeNoise | None:
@@ -109,8 +110,8 @@ class BenchNoise:
         if memo in self._spreads:
             return self._spreads[memo]
         other = self._counterpart(key, call)
-        spread = output_spread(call, other) if other is not None else None
-        found = ((spread, other.name, False) if spread is not None and other is not None
+        own = self._own(key, call)
+        found = ((own[0], own[1], False) if own is not None
                  else self._from_inputs(key, call, depth) if other is None else None)
         self._spreads[memo] = found  # the same value from any thread
         return found
@@ -145,8 +146,8 @@ class BenchNoise:
         found: tuple[float, str, bool] | None = None
         values: set[Print] = set()
         for earlier in reversed(calls[: max(0, min(call.order, len(calls)))]):
-            other = self._counterpart(key, earlier)
-            spread = output_spread(earlier, other) if other is not None else None
+            own = self._own(key, earlier)
+            spread = own[0] if own is not None else None
             made = leading(earlier)
             print_ = fingerprint(made) if made is not None else None
             if spread is None or print_ is None or print_ in values:
@@ -157,6 +158,16 @@ class BenchNoise:
             if len(values) == _NEARBY:
                 break
         return found
+
+    def _own(self, key: tuple[int, int], call: Call) -> tuple[float, str] | None:
+        """The spread at ``call``'s own counterpart in the noise run (measured once: the
+        nearby values of many calls share it)."""
+        memo = (key[0], key[1], call.name)
+        if memo not in self._owns:
+            other = self._counterpart(key, call)
+            spread = output_spread(call, other) if other is not None else None
+            self._owns[memo] = (spread, other.name) if spread is not None and other else None
+        return self._owns[memo]
 
     def _makers_of(self, key: tuple[int, int]) -> dict[Print, list[Call]]:
         """The bench's calls by the fingerprint of each float output they make, in order."""

@@ -5,21 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 
-def learned_lines(nodes: list[dict[str, Any]]) -> list[str]:
+def learned_lines(nodes: list[dict[str, Any]], criteria: Any = None) -> list[str]:
     """One sentence where tolerances were learned from two bench runs (--acc-bench-noise):
-    at how many nodes, and the widest, so that a wide one is seen, not hidden in a pass."""
-    from pytest_accuracy.compare.criteria import DEFAULT_TOLERANCES
+    at how many nodes, and the widest beyond the run's fixed tolerance of its dtype, so that
+    a wide one is seen, not hidden in a pass."""
+    from pytest_accuracy.compare.criteria import CompareCriteria
 
     compared = [n for n in nodes if n.get("tolerance") and n["status"] in ("pass", "fail",
                                                                              "carried")]
     learned = [n for n in compared if "spread" in n["tolerance"]]
     if not learned:
         return []
-    fixed = DEFAULT_TOLERANCES["float32"].rel_err
+    fixed = criteria if criteria is not None else CompareCriteria()
 
     def wider(n: dict[str, Any]) -> bool:
-        own = DEFAULT_TOLERANCES.get(str(n.get("effective_dtype")))
-        return float(n["tolerance"]["rel_err"]) > (own.rel_err if own else fixed)
+        dtype = str(n.get("effective_dtype") or "float32")
+        return float(n["tolerance"]["rel_err"]) > fixed.tolerance(dtype).rel_err
 
     widened = [n for n in learned if wider(n)]
     kept = len(compared) - len(learned)

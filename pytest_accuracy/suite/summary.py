@@ -173,7 +173,7 @@ class AccuracyResults:
 
         if self.nodes or self.passes:
             lines += layout_lines(state)
-        lines += learned_lines(self.nodes)
+        lines += learned_lines(self.nodes, getattr(state, "criteria", None))
         lines += compare_verdict_lines(self.nodes, self.first, self.passes)
         return [escape_controls(line) for line in lines]  # names come from other machines
 
