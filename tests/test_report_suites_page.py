@@ -139,3 +139,59 @@ def test_a_record_from_json_renders_with_every_field_escaped(tmp_path: Path) -> 
     page = render(doc, tmp_path, [])
     assert EVIL not in page
     assert "id='suite-0'" in page and "Where it diverges" in page
+
+
+def test_a_log_test_draws_its_loss_and_difference_curves(pytester: pytest.Pytester) -> None:
+    page, doc = _run(pytester)
+    curves = _tests(doc)["test_drifting_logs"]["loss"]["curves"]
+    # the NPU's values are the log's own, read again from its text: step k of epoch e of
+    # 150-step epochs is step (e - 1) x 150 + k
+    text = (LOGS / "npu_late_drift.log").read_text()
+    logged = {(int(m[1]) - 1) * int(m[3]) + int(m[2]): float(m[4]) for m in re.finditer(
+        r"Epoch:\[\s*(\d+)/\s*\d+\], step:\[\s*(\d+)/\s*(\d+)\], loss: ([\d.]+)", text)}
+    assert len(logged) == 300
+    drawn = dict(zip(curves["steps"], curves["npu"], strict=True))
+    assert drawn and all(abs(v - logged[s]) < 1e-9 for s, v in drawn.items())
+    assert len(curves["benches"]) == 2 and len(curves["benches"][0]) == len(curves["steps"])
+    assert curves["divergence_step"] == _tests(doc)["test_drifting_logs"]["loss"][
+        "divergence_step"] is not None
+    block = _block(page, "test_drifting_logs")
+    titles = re.findall(r"<svg class='chart'[^>]*aria-label='([^']*)'", block)
+    assert titles == ["loss", "loss difference (NPU - bench)"]
+    assert f"diverges from step {curves['divergence_step']}" in block
+    assert block.count("<path d='M") >= 5  # two bench runs and the NPU; NPU - bench, band
+
+
+def test_long_logs_are_thinned_keeping_the_divergence_and_the_worst_step() -> None:
+    import numpy as np
+    import pandas as pd
+
+    from pytest_accuracy.curves.base import DEFAULT
+    from pytest_accuracy.curves.sampled import loss_curves
+    from pytest_accuracy.logs.table import LogTable
+
+    steps = np.arange(1, 20_001)
+    bench = 5 + np.exp(-steps / 4000.0)
+    npu = bench.copy()
+    npu[12_345] += 0.3  # one spike, between the evenly spaced points
+    def table(values: np.ndarray) -> LogTable:
+        frame = pd.DataFrame({"loss": values, "skipped": False}, index=pd.Index(steps,
+                                                                                 name="step"))
+        return LogTable(Path("x.log"), "test", frame)
+    curves = loss_curves(table(npu), [table(bench)], DEFAULT, divergence_step=7_777)
+    assert len(curves["steps"]) <= 500 and curves["steps_paired"] == 20_000
+    assert {1, 20_000, 7_777, int(steps[12_345])} <= set(curves["steps"])
+    assert curves["steps"] == sorted(set(curves["steps"]))
+    at = curves["steps"].index(int(steps[12_345]))
+    assert curves["npu"][at] == pytest.approx(npu[12_345])
+    assert curves["tolerance"][at] == pytest.approx(max(0.01, 0.01 * bench[12_345]))
+
+
+def test_curves_from_json_render_escaped_and_bad_ones_are_left_out(tmp_path: Path) -> None:
+    curves = {"column": EVIL, "steps": [1, 2, 3], "npu": [1.0, 2.0, None],
+              "benches": [[1.0, 1.5, 2.0]], "tolerance": [0.1, 0.1, 0.1], "divergence_step": 2}
+    tests = [{"name": "a", "status": "fail", "loss": {"checks": {}, "curves": curves}},
+             {"name": "b", "status": "fail", "loss": {"checks": {}, "curves": {
+                 **curves, "npu": [1.0]}}}]
+    page = render({"verdict": "fail", "inputs": {}, "suites": {"tests": tests}}, tmp_path, [])
+    assert EVIL not in page and page.count("<svg class='chart'") == 2  # b's curves: no chart

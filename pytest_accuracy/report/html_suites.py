@@ -80,7 +80,51 @@ def _loss_part(loss: dict[str, Any]) -> str:
     head = (f"<h4>Training logs: {len(failed)} of {len(checks)} criteria missed"
             + (f": {esc(', '.join(failed))}" if failed else "") + "</h4>")
     clean = {str(n): c for n, c in checks.items() if isinstance(c, dict)}
-    return head + criteria_table(loss, clean)
+    curves = loss.get("curves")
+    plots = _loss_charts(curves) if isinstance(curves, dict) else ""
+    return head + criteria_table(loss, clean) + plots
+
+
+def _loss_charts(curves: dict[str, Any]) -> str:
+    """The built-in loss plots' two panels, drawn inline: both runs' loss, and NPU - bench
+    with the per-step tolerance around zero."""
+    from pytest_accuracy.report.svg_lines import Series, line_chart
+
+    steps = [int(s) for s in curves.get("steps") or [] if isinstance(s, int)]
+    npu, tol = _values(curves.get("npu")), _values(curves.get("tolerance"))
+    benches = [_values(b) for b in curves.get("benches") or []]
+    if not steps or len(npu) != len(steps) or not benches or len(benches[0]) != len(steps):
+        return ""
+    mark = curves.get("divergence_step")
+    mark = mark if isinstance(mark, int) else None
+    column = str(curves.get("column") or "loss")
+    runs = [Series(f"bench {i}" if len(benches) > 1 else "bench", b, _GREYS[i % len(_GREYS)])
+            for i, b in enumerate(benches) if len(b) == len(steps)]
+    loss = line_chart(steps, [*runs, Series("npu", npu, "#c62828")], title=column,
+                      y_label=column, mark_step=mark)
+    diff = [None if a is None or b is None else a - b for a, b in zip(npu, benches[0],
+                                                                      strict=True)]
+    band = tol if len(tol) == len(steps) else [None] * len(steps)
+    diff_chart = line_chart(
+        steps, [Series("npu - bench", diff, "#c62828"),
+                Series("tolerance", band, "#1565c0", dashed=True),
+                Series("", [None if t is None else -t for t in band], "#1565c0",
+                       dashed=True)],
+        title=f"{column} difference (NPU - bench)", y_label="difference", mark_step=mark)
+    paired = curves.get("steps_paired")
+    note = (f"<p class='note'>{len(steps)} of {esc(paired)} paired steps drawn.</p>"
+            if isinstance(paired, int) and paired > len(steps) else "")
+    return loss + diff_chart + note
+
+
+_GREYS = ("#455a64", "#90a4ae", "#78909c")
+
+
+def _values(raw: Any) -> list[float | None]:
+    if not isinstance(raw, list):
+        return []
+    return [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+            for v in raw]
 
 
 def suite_input_rows(suites: dict[str, Any]) -> str:

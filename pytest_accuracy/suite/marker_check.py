@@ -8,7 +8,11 @@ import pytest
 
 from pytest_accuracy.marker import marker_kwargs
 from pytest_accuracy.settings import loss_criteria
-from pytest_accuracy.suite.suite_records import MARKER_COMPARE_KEY, MARKER_LOSS_KEY
+from pytest_accuracy.suite.suite_records import (
+    MARKER_COMPARE_KEY,
+    MARKER_CURVES_KEY,
+    MARKER_LOSS_KEY,
+)
 
 
 def assert_marker(item: pytest.Item) -> None:
@@ -35,6 +39,7 @@ def assert_marker(item: pytest.Item) -> None:
 def _standard_lines(item: pytest.Item, marker: dict[str, Any], funcargs: dict[str, Any]
                     ) -> list[str]:
     from pytest_accuracy.curves import evaluate
+    from pytest_accuracy.curves.sampled import loss_curves
 
     if "acc_npu_log" in funcargs and "acc_bench_logs" in funcargs:
         npu, benches = funcargs["acc_npu_log"], funcargs["acc_bench_logs"]
@@ -42,6 +47,8 @@ def _standard_lines(item: pytest.Item, marker: dict[str, Any], funcargs: dict[st
         npu, benches = _read_logs(item, marker)
     report = evaluate(npu, benches, loss_criteria(item.config, marker))
     item.stash[MARKER_LOSS_KEY] = report  # its record shows these checks (suite_records)
+    item.stash[MARKER_CURVES_KEY] = loss_curves(npu, benches, report.criteria,
+                                                report.divergence_step)  # and its plots
     failed = [c for c in report.checks if c.status == "fail"]
     if not failed:
         return []

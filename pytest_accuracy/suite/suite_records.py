@@ -22,6 +22,7 @@ _LOSS_KEYS = ("status", "divergence_step", "steps_compared", "steps_skipped")
 # record: the CompareReport of a marker-only compare, the LossReport of its logs
 MARKER_COMPARE_KEY = pytest.StashKey[Any]()
 MARKER_LOSS_KEY = pytest.StashKey[Any]()
+MARKER_CURVES_KEY = pytest.StashKey[dict[str, Any]]()  # the logs' curves, thinned for a chart
 
 
 def is_suite_test(item: pytest.Item) -> bool:
@@ -92,4 +93,7 @@ def _loss(item: pytest.Item) -> dict[str, Any] | None:
     out: dict[str, Any] = {k: data.get(k) for k in _LOSS_KEYS}
     out["checks"] = {str(c.get("name")): {k: c.get(k) for k in _CHECK_KEYS}
                      for c in data.get("checks") or []}
+    curves = item.stash.get(MARKER_CURVES_KEY, None)
+    if curves:
+        out["curves"] = curves
     return out
