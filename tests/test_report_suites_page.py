@@ -195,3 +195,22 @@ def test_curves_from_json_render_escaped_and_bad_ones_are_left_out(tmp_path: Pat
                  **curves, "npu": [1.0]}}}]
     page = render({"verdict": "fail", "inputs": {}, "suites": {"tests": tests}}, tmp_path, [])
     assert EVIL not in page and page.count("<svg class='chart'") == 2  # b's curves: no chart
+
+
+def test_a_compare_test_draws_the_built_in_error_charts(pytester: pytest.Pytester) -> None:
+    page, doc = _run(pytester)
+    dumped = {key for f in dump("pt_bug", "L0_tensor").glob("step*/*/dump.json")
+              for key in json.loads(f.read_text())["data"]}
+    for name in ("test_marker_only_bug", "test_fixture_bug"):
+        chart = _tests(doc)[name]["chart"]
+        rows = chart["nodes"]
+        assert chart["total"] == len(rows) > 10
+        assert {r[0] for r in rows} <= dumped  # each row is a node the NPU dumped
+        assert {r[1] for r in rows} == {0, 1}  # both steps
+        at = [r for r in rows if r[0] == NODE]
+        assert at and at[0][3] == "fail" and at[0][4] > at[0][5]  # error above its tolerance
+        block = _block(page, name)
+        assert "step 0, rank 0: relative error per node" in block
+        assert "step 1, rank 0: relative error per node" in block
+        assert ">first divergence</text>" in block
+    assert "chart" not in _tests(doc)["test_drifting_logs"]  # no compare, no error chart

@@ -81,7 +81,7 @@ def compare_section_parts(compare: dict[str, Any], criteria: dict[str, Any]) -> 
     errors = [node_error(n) for n in nodes]
     tolerances = [node_tolerance(n, criteria) for n in nodes]
     out.append(section("Error along execution order",
-                       _charts(nodes, errors, tolerances, first), "chart"))
+                       charts(nodes, errors, tolerances, first), "chart"))
     if len({(n["step"], n["rank"]) for n in nodes}) > 1:
         out.append(section("Per step and rank", _per_dump_table(nodes), "dumps"))
     from pytest_accuracy.report.html_tree import module_tree
@@ -133,7 +133,7 @@ def _by_dump(nodes: Sequence[dict[str, Any]]) -> dict[tuple[int, int], list[int]
     return out
 
 
-def _charts(nodes: list[dict[str, Any]], errors: list[float | None],
+def charts(nodes: list[dict[str, Any]], errors: list[float | None],
             tolerances: list[float | None], first: dict[str, Any] | None) -> str:
     groups = _by_dump(nodes)
     parts = [_legend()]

@@ -4,6 +4,7 @@ found and the loss checks its logs were held to, all as the test computed them."
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pytest_accuracy.report.html_page import esc, section, wide
@@ -50,11 +51,34 @@ def suite_block(index: int, test: dict[str, Any]) -> str:
         from pytest_accuracy.report.html_first import first_card
 
         parts.append("<h4>Where it diverges</h4>" + first_card(first, {}))
+    chart = test.get("chart")
+    if isinstance(chart, dict):
+        parts.append(_error_charts(chart, first if isinstance(first, dict) else None))
     loss = test.get("loss")
     if isinstance(loss, dict):
         parts.append(_loss_part(loss))
     parts.append("</div>")
     return "".join(parts)
+
+
+def _error_charts(chart: dict[str, Any], first: dict[str, Any] | None) -> str:
+    """The built-in compare's error charts (one per step and rank) of the test's compare."""
+    from pytest_accuracy.report.html_compare import charts, number
+
+    nodes, errors, tolerances = [], [], []
+    for row in chart.get("nodes") or []:
+        if not (isinstance(row, list) and len(row) == 6):
+            continue
+        name, step, rank, status, error, tolerance = row
+        nodes.append({"npu_name": str(name), "step": step, "rank": rank, "status": status})
+        errors.append(math.inf if error == "inf" else number(error))
+        tolerances.append(number(tolerance))
+    if not nodes:
+        return ""
+    total = chart.get("total")
+    note = (f"<p class='note'>Charts of the first {len(nodes)} of {esc(total)} nodes.</p>"
+            if isinstance(total, int) and total > len(nodes) else "")
+    return "<h4>Relative error per node</h4>" + charts(nodes, errors, tolerances, first) + note
 
 
 def _inputs_list(inputs: Any) -> str:

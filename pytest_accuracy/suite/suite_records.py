@@ -5,6 +5,7 @@ found, the loss checks its logs were held to)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -22,6 +23,8 @@ _LOSS_KEYS = ("status", "divergence_step", "steps_compared", "steps_skipped")
 # record: the CompareReport of a marker-only compare, the LossReport of its logs
 MARKER_COMPARE_KEY = pytest.StashKey[Any]()
 MARKER_LOSS_KEY = pytest.StashKey[Any]()
+# nodes a test's record keeps for its charts: the page draws the first 8 dumps' nodes at most
+CHART_MOST = 20_000
 MARKER_CURVES_KEY = pytest.StashKey[dict[str, Any]]()  # the logs' curves, thinned for a chart
 
 
@@ -47,6 +50,9 @@ def suite_record(item: pytest.Item, report: pytest.TestReport) -> dict[str, Any]
     first = _first_divergence(item)
     if first is not None:
         record["first_divergence"] = first
+    chart = _chart(item)
+    if chart is not None:
+        record["chart"] = chart
     loss = _loss(item)
     if loss is not None:
         record["loss"] = loss
@@ -69,12 +75,40 @@ def _inputs(item: pytest.Item) -> dict[str, Any]:
     return {k: kwargs[k] for k in PATH_KEYS if kwargs.get(k) is not None}
 
 
+def _compare_report(item: pytest.Item) -> Any:
+    """The test's ``acc_compare``, or the compare the marker itself asserted."""
+    report = getattr(item, "funcargs", {}).get("acc_compare")
+    return report if report is not None else item.stash.get(MARKER_COMPARE_KEY, None)
+
+
+def _chart(item: pytest.Item) -> dict[str, Any] | None:
+    """What the report's error charts need of each node of the test's compare (name, step,
+    rank, status, error, tolerance), as rows; only when the test used its compare."""
+    report = _compare_report(item)
+    used = report is not None and {"results", "first_divergence"} & set(vars(report))
+    if not used:  # a compare the test never looked at is not run for its record
+        return None
+    results = report.results  # a test that asked only for the first divergence: the rest
+    if not results:
+        return None
+    from pytest_accuracy.report.html_compare import node_error, node_tolerance
+    from pytest_accuracy.report.records import node_record
+
+    first = vars(report).get("first_divergence")
+    rows = []
+    for result in results[:CHART_MOST]:
+        node = node_record(result, first, rows=False)
+        error = node_error(node)
+        rows.append([node["npu_name"], node["step"], node["rank"], node["status"],
+                     "inf" if error is not None and math.isinf(error) else error,
+                     node_tolerance(node, {})])
+    return {"nodes": rows, "total": len(results)}
+
+
 def _first_divergence(item: pytest.Item) -> dict[str, Any] | None:
     """The first divergence of the test's ``acc_compare``, or of the compare the marker itself
     asserted, when it was computed (a report does not recompute a compare no one asked for)."""
-    report = getattr(item, "funcargs", {}).get("acc_compare")
-    if report is None:
-        report = item.stash.get(MARKER_COMPARE_KEY, None)
+    report = _compare_report(item)
     first = vars(report).get("first_divergence") if report is not None else None
     if first is None:
         return None
