@@ -316,3 +316,24 @@ def test_mix_inside_a_cell_on_mindspore(tmp_path: Path) -> None:
     assert "Cell.layers.1.mlp.MLP.backward.0" in names
     assert any(n.startswith("MintFunctional.silu.") for n in names)
     assert all(".layers.1.mlp." in n for n in names if n.startswith("Cell."))
+
+
+def test_msprobe_accepts_what_failing_overflow_and_monitor_items_write(
+        pytester: pytest.Pytester) -> None:
+    """The configs the items themselves wrote into --acc-report (not planned here): an
+    overflow's (plain, and nan_check on an NPU) and a monitor parting's (NPU and bench)."""
+    from tests.test_next_step_items import MONITOR, poisoned
+
+    report = pytester.path / "report"
+    for args in ([f"--acc-npu={poisoned(pytester.path)}"],
+                 [f"--acc-npu-monitor={MONITOR / 'bug'}",
+                  f"--acc-bench-monitor={MONITOR / 'bench'}"]):
+        assert pytester.runpytest(*args, f"--acc-report={report}", "-p",
+                                  "no:cacheprovider").ret == pytest.ExitCode.TESTS_FAILED
+    written = sorted(report.glob("next_step/*/config_*.json"))
+    nan = [p for p in written if "nan_check" in p.name]
+    plain = [p for p in written if p not in nan]
+    assert len(plain) == 3 and len(nan) == 1
+    found = verdicts_of(start_checker(sys.executable, "pytorch", [*plain, "--assume-npu", *nan]))
+    assert {str(p): found[str(p)] for p in plain} == {str(p): expected(p) for p in plain}
+    assert found[f"{nan[0]} --assume-npu"] == "ok: nan_check L1"

@@ -64,9 +64,20 @@ class MonitorItem(AccuracyItem):
                 f"{head.kind} parted at step {head.step} ({head.npu_name}): it carries that "
                 "error (the failed item of that state is the one to look at)"))
         if result.first is not None:
-            raise AccuracyError([escape_controls(line) for line in failure_lines(result, cmp)])
+            from pytest_accuracy.suite.next_step import monitor_next_step
+
+            ranks = len({rank for rank, _ in cmp.results})
+            after = monitor_next_step(self, result.first, self.key[0], ranks,
+                                      _framework(cmp.npu.layout))
+            raise AccuracyError([escape_controls(line) for line in
+                                 [*failure_lines(result, cmp), *after]])
         if result.compared == 0:
             pytest.skip(escape_controls(_nothing_compared(result)))
+
+
+def _framework(layout: str) -> Any:
+    """The framework whose msprobe wrote a monitor output, from its layout's words."""
+    return "mindspore" if "mindspore" in layout.lower() else "pytorch"
 
 
 def _nothing_compared(result: Any) -> str:

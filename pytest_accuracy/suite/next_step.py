@@ -1,4 +1,4 @@
-"""The next action a failing compare or loss item ends with (pytest_accuracy.nextstep)."""
+"""The next action a failing item ends with: compare, loss, monitor, overflow, precheck."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pytest_accuracy.settings import setting
 
 if TYPE_CHECKING:
     from pytest_accuracy.compare import Comparison, NodeResult
+    from pytest_accuracy.dumps.model import Dump
     from pytest_accuracy.nextstep import Situation
     from pytest_accuracy.nextstep.situation import Framework
 
@@ -67,3 +68,38 @@ def loss_next_step(item: pytest.Item, npu_log: Any, bench_log: Any | None, step:
 
     bench = side(bench_log) if bench_log is not None else None
     return _said(item, Situation("loss", item.nodeid, max(step - 1, 0), side(npu_log), bench))
+
+
+def dump_next_step(item: pytest.Item, case: Literal["overflow", "api"], dump: Dump,
+                   name: str, given: str, ranks_in_run: int) -> list[str]:
+    """A node of one dump, no bench: an overflow (the APIs inside it as statistics, or its
+    inputs to replay) or a precheck miss (the API's real inputs, and msprobe's own check)."""
+    from pytest_accuracy.nextstep import Situation
+    from pytest_accuracy.nextstep.from_dump import side_from_dump
+
+    try:
+        npu = side_from_dump(dump, [name], given=given)
+    except ValueError:  # a framework msprobe writes no config for (a native dump's)
+        return []
+    return _said(item, Situation(case, item.nodeid, dump.step, npu, rank=dump.rank,
+                                 ranks_in_run=ranks_in_run))
+
+
+def monitor_next_step(item: pytest.Item, parting: Any, rank: int, ranks_in_run: int,
+                      framework: Framework) -> list[str]:
+    """A monitor state that parts at step S (msprobe's numbering, from 0) at parameter P: both
+    runs dumped at step S as tensors at level mix inside P's module (each run's own name of
+    it); a parameter of no module: the whole step at L0 statistics, and the step before."""
+    from pytest_accuracy.nextstep import Side, Situation
+    from pytest_accuracy.nextstep.names import MODULE_PREFIX
+
+    def side(param: str) -> Side:
+        module = param.rsplit(".", 1)[0] if "." in param else ""
+        # a node name whose module path is P's module (the class in it is not used)
+        names = (f"{MODULE_PREFIX[framework]}.{module}.Module.forward.0",) if module else ()
+        return Side(framework, names)
+
+    npu, bench = side(str(parting.npu_name)), side(str(parting.bench_name))
+    case: Literal["module", "loss"] = "module" if npu.names and bench.names else "loss"
+    return _said(item, Situation(case, item.nodeid, int(parting.step), npu, bench, rank=rank,
+                                 ranks_in_run=ranks_in_run))

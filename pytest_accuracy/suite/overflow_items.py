@@ -74,7 +74,7 @@ class OverflowItem(AccuracyItem):
                                   "status": "pass" if found.node is None else "fail"}
         self.stash[RECORD_KEY] = record
         if found.checked == 0:
-            _nan_check(dump, name, record)
+            _nan_check(self, dump, name, record)
             return
         if found.node is None:
             return
@@ -91,10 +91,21 @@ class OverflowItem(AccuracyItem):
                          "scale that made them huge.")
         lines += [f"In module: {found.node.parent}"] if found.node.parent else []
         lines += [f"At {stack}"] if stack else []
+        lines += _next_step(self, dump, found.node.name)
         raise AccuracyError([escape_controls(line) for line in lines])
 
 
-def _nan_check(dump: Dump, name: str, record: dict[str, Any]) -> None:
+def _next_step(item: pytest.Item, dump: Dump, name: str) -> list[str]:
+    from pytest_accuracy.nextstep.from_dump import ranks_of
+    from pytest_accuracy.suite.next_step import dump_next_step
+    from pytest_accuracy.suite.state import STATE_KEY
+
+    state = item.config.stash[STATE_KEY]
+    return dump_next_step(item, "overflow", dump, name, str(state.npu),
+                          ranks_of(state.npu_dumps))
+
+
+def _nan_check(item: pytest.Item, dump: Dump, name: str, record: dict[str, Any]) -> None:
     """A dump without statistics: msprobe's nan_check flags (is_nan) or, with none, a skip."""
     from pytest_accuracy.dumps.anomaly import read_nan_check
 
@@ -118,6 +129,7 @@ def _nan_check(dump: Dump, name: str, record: dict[str, Any]) -> None:
              "overflow inside the kernel whose output stays finite; a statistics dump of this "
              "step shows which."]
     lines += [f"At {stack}"] if stack else []
+    lines += _next_step(item, dump, first)
     raise AccuracyError([escape_controls(line) for line in lines])
 
 

@@ -30,6 +30,7 @@ class PrecheckGroup(AccuracyGroup):
             cases = plan(dumps, device=device, standard=standard)
         except (ValueError, MissingExtraError) as exc:  # a device this machine cannot use
             raise pytest.UsageError(f"--acc-precheck: {exc}") from exc
+        self.dumps = dumps  # a failing item's next step reads its dump's shapes
         for case in cases:
             yield PrecheckItem.from_parent(self, name=escape_controls(case.id), case=case)
 
@@ -62,7 +63,20 @@ class PrecheckItem(AccuracyItem):
         if result.status == "skip":
             pytest.skip(escape_controls(result.reason))
         if result.status == "fail":
-            raise AccuracyError(_failure_lines(result))
+            raise AccuracyError(_failure_lines(result) + self._next_step())
+
+    def _next_step(self) -> list[str]:
+        """msprobe's own check of the API on its real inputs (dumped as tensors first when
+        the precheck generated them from statistics)."""
+        from pytest_accuracy.nextstep.from_dump import ranks_of
+        from pytest_accuracy.suite.next_step import dump_next_step
+
+        dumps = getattr(self.parent, "dumps", None)
+        if dumps is None or (self.case.step, self.case.rank) not in dumps.dumps:
+            return []
+        dump = dumps.dumps[(self.case.step, self.case.rank)]
+        return dump_next_step(self, "api", dump, self.case.node, str(dumps.root),
+                              ranks_of(dumps))
 
 
 def _failure_lines(result: Any) -> list[str]:
