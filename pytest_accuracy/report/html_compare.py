@@ -83,7 +83,10 @@ def compare_section_parts(compare: dict[str, Any], criteria: dict[str, Any]) -> 
     out.append(section("Error along execution order",
                        charts(nodes, errors, tolerances, first), "chart"))
     if len({(n["step"], n["rank"]) for n in nodes}) > 1:
-        out.append(section("Per step and rank", _per_dump_table(nodes), "dumps"))
+        from pytest_accuracy.report.html_ranks import rank_map
+
+        body = rank_map(nodes, first) + _per_dump_table(nodes)
+        out.append(section("Per step and rank", body, "dumps"))
     from pytest_accuracy.report.html_tree import module_tree
 
     out.append(section("Module tree", module_tree(nodes, criteria, first), "tree"))
