@@ -53,7 +53,10 @@ OPTIONS: tuple[Option, ...] = (
            "dump.json"),
     Option("bench", "path", "bench msprobe dump (same layouts as --acc-npu)"),
     Option("npu-layout", "layout", "compare: the NPU run's parallel layout (Megatron rank "
-           "order); with --acc-bench-layout, shards meet the bench's slices"),
+           "order); with --acc-bench-layout, shards meet the bench's slices; alone, its dp "
+           "names the replica groups (accuracy::replicas)"),
+    Option("dp-size", "int", "the NPU run's data-parallel size: its replicas are checked "
+           "against each other, no bench needed (pp=1, tp = ranks / dp; else --acc-npu-layout)"),
     Option("bench-layout", "layout", "compare: the bench run's parallel layout, when its "
            "tensor parallelism differs from the NPU's"),
     Option("bench-noise", "path", "a second bench dump of the same training under another "

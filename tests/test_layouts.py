@@ -147,7 +147,7 @@ def _without_data(node: object) -> object:
 
 
 @pytest.mark.parametrize(("flags", "message"), [
-    ((L_TP2,), "*--acc-npu-layout and --acc-bench-layout go together*"),
+    (("--acc-bench-layout=tp=1",), "*--acc-bench-layout needs --acc-npu-layout*"),
     ((L_TP2, "--acc-bench-layout=tp=1,dp=4"), "*differ in dp or pp: only tensor parallelism "
                                               "may differ*"),
     (("--acc-npu-layout=tp=2", L_TP1), "*differ in dp or pp*"),

@@ -24,6 +24,12 @@ def extra_groups(config: pytest.Config) -> Iterator[tuple[str, type[pytest.Colle
         from pytest_accuracy.suite.overflow_items import OverflowGroup
 
         yield "overflow", OverflowGroup
+    from pytest_accuracy.suite.replica_items import wanted
+
+    if wanted(config):
+        from pytest_accuracy.suite.replica_items import ReplicaGroup
+
+        yield "replicas", ReplicaGroup
     if setting(config, "npu_precheck_results") or setting(config, "bench_precheck_results"):
         from pytest_accuracy.suite.msprobe_precheck_items import MsprobePrecheckGroup
 

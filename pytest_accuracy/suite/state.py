@@ -126,11 +126,11 @@ class SuiteState:
         from pytest_accuracy.pairing.layouts import parse_layout
 
         given = setting(self.config, "npu_layout"), setting(self.config, "bench_layout")
-        if not any(given):
+        if not given[1]:  # the NPU's alone: its replicas' groups; the compare infers, if needed
             return None
-        if not all(given):
+        if not given[0]:
             raise pytest.UsageError(
-                "--acc-npu-layout and --acc-bench-layout go together: give both (e.g. "
+                "--acc-bench-layout needs --acc-npu-layout: give both (e.g. "
                 "--acc-npu-layout tp=2,dp=2 --acc-bench-layout tp=1,dp=2)")
         try:
             mine, theirs = parse_layout(str(given[0])), parse_layout(str(given[1]))

@@ -98,8 +98,13 @@ def run_mode(config: pytest.Config) -> str | None:
     done, missing = [], []
     npu, bench = setting(config, "npu"), setting(config, "bench")
     if npu:
-        checks = ("compare of two dumps" if bench else "overflow check")
-        checks += " and precheck" if setting(config, "precheck") else ""
+        from pytest_accuracy.suite.replica_items import wanted
+
+        precheck = setting(config, "precheck")
+        parts = ["compare of two dumps" if bench else "" if precheck else "overflow check",
+                 "precheck" if precheck else "",
+                 "data-parallel replica check" if wanted(config) else ""]
+        checks = " and ".join(p for p in parts if p)
         done.append(checks if bench else
                     f"{checks} of the NPU dump only: no --acc-bench, nothing is compared")
     else:
