@@ -318,22 +318,43 @@ def test_mix_inside_a_cell_on_mindspore(tmp_path: Path) -> None:
     assert all(".layers.1.mlp." in n for n in names if n.startswith("Cell."))
 
 
-def test_msprobe_accepts_what_failing_overflow_and_monitor_items_write(
+def _off_silu(where: Path) -> Path:
+    """The clean PyTorch L1 tensor dump with one silu output 1 % off: its precheck fails."""
+    import shutil
+
+    import torch
+
+    from tests.helpers import dump
+
+    npu = where / "pt_npu"
+    shutil.copytree(dump("pt_fp32", "L1_tensor"), npu)
+    target = next(npu.glob("step0/*/dump_tensor_data/Functional.silu.0.forward.output.0.pt"))
+    torch.save(torch.load(target, weights_only=True) * 1.01, target)
+    return npu
+
+
+def test_msprobe_accepts_what_failing_overflow_monitor_and_precheck_items_write(
         pytester: pytest.Pytester) -> None:
     """The configs the items themselves wrote into --acc-report (not planned here): an
-    overflow's (plain, and nan_check on an NPU) and a monitor parting's (NPU and bench)."""
+    overflow's (plain, and nan_check on an NPU), a monitor parting's (NPU and bench) and a
+    precheck miss's (with its acc_check white list)."""
     from tests.test_next_step_items import MONITOR, poisoned
 
     report = pytester.path / "report"
     for args in ([f"--acc-npu={poisoned(pytester.path)}"],
                  [f"--acc-npu-monitor={MONITOR / 'bug'}",
-                  f"--acc-bench-monitor={MONITOR / 'bench'}"]):
+                  f"--acc-bench-monitor={MONITOR / 'bench'}"],
+                 [f"--acc-npu={_off_silu(pytester.path)}", "--acc-precheck", "-k", "silu.0."]):
         assert pytester.runpytest(*args, f"--acc-report={report}", "-p",
                                   "no:cacheprovider").ret == pytest.ExitCode.TESTS_FAILED
     written = sorted(report.glob("next_step/*/config_*.json"))
     nan = [p for p in written if "nan_check" in p.name]
     plain = [p for p in written if p not in nan]
-    assert len(plain) == 3 and len(nan) == 1
-    found = verdicts_of(start_checker(sys.executable, "pytorch", [*plain, "--assume-npu", *nan]))
+    assert len(plain) == 4 and len(nan) == 1
+    precheck = [p for p in plain if "precheck" in p.parent.name]
+    assert json.loads(precheck[0].read_text())["tensor"]["list"] == ["Functional.silu.0."]
+    found = verdicts_of(start_checker(sys.executable, "pytorch", [
+        *plain, "--assume-npu", *nan, "--acc-check", *precheck]))
     assert {str(p): found[str(p)] for p in plain} == {str(p): expected(p) for p in plain}
     assert found[f"{nan[0]} --assume-npu"] == "ok: nan_check L1"
+    assert found[f"{precheck[0]} --acc-check"] == "ok: white_list ['silu']"
