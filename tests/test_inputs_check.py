@@ -82,3 +82,24 @@ def test_ids_past_the_table_fail_naming_the_lookup(pytester: pytest.Pytester) ->
     result.stdout.fnmatch_lines([
         "*Primitive.gather.Gather.0.forward reads token ids 0..64 from a table of 64 rows "
         "(ids must be 0..63)*"])
+
+
+def test_rank_items_check_their_ranks_inputs_and_say_the_data_first(
+        pytester: pytest.Pytester) -> None:
+    """--acc-items=rank (one item per rank, many-rank runs): each rank item checks its own
+    rank's lookups and first batch; another batch fails it, the data said before the nodes."""
+    npu, bench = PAIRS["x-transformers-mix"]
+    out = pytester.path / "acc.json"
+    clean = pytester.runpytest(f"--acc-npu={npu}", f"--acc-bench={bench}", "--acc-items=rank",
+                               f"--acc-json={out}", "-p", "no:cacheprovider")
+    assert clean.ret == 0, clean.stdout.str()[-2000:]
+    assert "Inputs:" not in clean.stdout.str()
+    other = _edited(pytester.path / "other", bench, "Functional.embedding.0.forward",
+                    "input_args.0", Max=61)
+    result = pytester.runpytest(f"--acc-npu={npu}", f"--acc-bench={other}", "--acc-items=rank",
+                                "-p", "no:cacheprovider")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([
+        "*_ accuracy::compare::rank0 _*",
+        "Inputs: 1 problem(s) with the data itself:",
+        "  step 0, rank 0: the first batch's token ids differ: Functional.embedding.0.forward*"])

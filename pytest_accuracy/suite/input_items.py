@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -54,14 +55,21 @@ class InputsItem(AccuracyItem):
 
     def runtest(self) -> None:
         cmp: Comparison = self.config.stash[STATE_KEY].comparison
-        problems, looked, batches = input_problems(cmp)
-        self.stash[RECORD_KEY] = {
-            "group": "data", "name": "inputs", "status": "fail" if problems else "pass",
+        record = input_record(*input_problems(cmp))
+        self.stash[RECORD_KEY] = {"group": "data", "name": "inputs", **record}
+        if record["problems"]:
+            raise AccuracyError(input_lines(record))
+
+
+def input_record(problems: list[InputProblem], looked: int, batches: int) -> dict[str, Any]:
+    return {"status": "fail" if problems else "pass",
             "summary": problems[0].detail if problems else "",
             "lookups_checked": looked, "first_batches_compared": batches,
             "problems": [{"kind": p.kind, "step": p.step, "rank": p.rank, "node": p.node,
                           "detail": p.detail} for p in problems]}
-        if problems:
-            raise AccuracyError([f"Inputs: {len(problems)} problem(s) with the data itself:"]
-                                + [f"  step {p.step}, rank {p.rank}: {p.detail}"
-                                   for p in problems[:5]])
+
+
+def input_lines(record: dict[str, Any]) -> list[str]:
+    problems = record["problems"]
+    return ([f"Inputs: {len(problems)} problem(s) with the data itself:"]
+            + [f"  step {p['step']}, rank {p['rank']}: {p['detail']}" for p in problems[:5]])

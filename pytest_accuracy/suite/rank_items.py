@@ -23,6 +23,7 @@ from pytest_accuracy.suite import (
     AccuracyGroup,
     AccuracyItem,
 )
+from pytest_accuracy.suite.input_items import input_lines
 from pytest_accuracy.suite.state import STATE_KEY, SuiteState, same_run_files
 
 if TYPE_CHECKING:
@@ -89,6 +90,7 @@ class RankItem(AccuracyItem):
     def runtest(self) -> None:
         from pytest_accuracy.compare.regions import Region
         from pytest_accuracy.suite.compare_items import record_detail
+        from pytest_accuracy.suite.input_items import input_problems, input_record
         from pytest_accuracy.suite.region_items import next_action, outcome, region_record
 
         state = self.config.stash[STATE_KEY]
@@ -96,6 +98,7 @@ class RankItem(AccuracyItem):
         try:
             judged, problem = self._judge(cmp, state)
             after = next_action(self, cmp, judged)
+            inputs = input_record(*input_problems(cmp))  # the data itself, this rank's part
         finally:
             cmp.discard()  # its threads, and its models before the next rank's are read
         region = Region(judged[0][0].step, self.rank, f"rank {self.rank}",
@@ -104,7 +107,10 @@ class RankItem(AccuracyItem):
         record, self.stash[NATIVE_KEY] = region_record(region, judged, detail)
         if detail == "verdict":  # no document written: passing nodes are counted, not sent
             record = _passes_counted(record, state.criteria.waivers)
-        self.stash[RECORD_KEY] = {**record, "rank_coverage": self.coverage}
+        self.stash[RECORD_KEY] = {**record, "rank_coverage": self.coverage, "inputs": inputs}
+        if inputs["problems"]:  # data that differs explains the nodes: said first
+            self.stash[RECORD_KEY]["status"] = "fail"
+            raise AccuracyError(input_lines(inputs) + _after_inputs(region, judged, after))
         if problem and not any(r.status == "fail" for r, _, _ in judged):
             raise AccuracyError(problem)
         outcome(region, judged, after)
@@ -126,6 +132,21 @@ class RankItem(AccuracyItem):
         coverage, theirs = coverage_record(cmp, state.criteria.min_matched)
         self.coverage = coverage
         return judged, coverage_problem(cmp, coverage["coverage"], theirs)
+
+
+def _after_inputs(region: Any, judged: Judged, after: list[str]) -> list[str]:
+    """The rank's node verdict under its input problems, if it has one."""
+    from pytest_accuracy.suite.region_items import outcome
+
+    try:
+        outcome(region, judged, after)
+    except AccuracyError as exc:
+        return ["", *exc.lines]
+    except pytest.xfail.Exception as exc:  # the nodes only carry what they received
+        return ["", str(exc)]
+    except pytest.skip.Exception:
+        return []
+    return []
 
 
 class RankCoverageItem(AccuracyItem):
