@@ -141,3 +141,22 @@ def test_a_dump_with_nothing_to_check_skips_saying_why(pytester: pytest.Pytester
                                "-p", "no:cacheprovider")
     alone.stdout.fnmatch_lines(["Nothing was checked: all 2 replicas items were skipped*"])
     assert alone.ret == pytest.ExitCode.TESTS_FAILED  # never a pass without evidence
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("run.yaml", "runner_config:\n  batch_size: 1\nparallel_config:\n  data_parallel: 2\n"
+                 "  model_parallel: 2\n  pipeline_stage: 1\n"),
+    ("pretrain.sh", "torchrun --nproc_per_node 4 pretrain_gpt.py --tensor-model-parallel-size 2 "
+                    "--pipeline-model-parallel-size 1 --micro-batch-size 1\n"),
+])
+def test_the_npu_config_gives_the_groups(pytester: pytest.Pytester, name: str,
+                                         text: str) -> None:
+    """MindFormers' parallel_config, or Megatron's world / (tp x pp) from a launch line."""
+    config = pytester.path / name
+    config.write_text(text)
+    result = pytester.runpytest(f"--acc-npu={DATA / 'grad_unscaled' / 'mix'}",
+                                f"--acc-npu-config={config}", f"--acc-bench-config={config}",
+                                "-k", "replicas", "-rA",
+                                "-p", "no:cacheprovider")
+    assert "PASSED accuracy::replicas::0,2" in result.outlines, result.stdout.str()[-3000:]
+    result.stdout.fnmatch_lines(["FAILED accuracy::replicas::1,3 - *"])

@@ -18,13 +18,29 @@ if TYPE_CHECKING:
 
 
 def wanted(config: pytest.Config) -> bool:
-    """A data-parallel size was given, by --acc-dp-size or in --acc-npu-layout."""
-    return bool(setting(config, "npu") and (setting(config, "dp_size") or
-                                            "dp" in str(setting(config, "npu_layout") or "")))
+    """A data-parallel size was given: --acc-dp-size, --acc-npu-layout, or the NPU config."""
+    if not setting(config, "npu"):
+        return False
+    if setting(config, "dp_size") or "dp" in str(setting(config, "npu_layout") or ""):
+        return True
+    found = _from_config(config)
+    return found is not None and found[1] > 1
+
+
+def _from_config(config: pytest.Config) -> tuple[int, int, int, str] | None:
+    from pytest_accuracy.configs.layout import config_parallel
+    from pytest_accuracy.errors import AccuracyInputError
+
+    path = setting(config, "npu_config")
+    try:
+        return config_parallel(str(path)) if path else None
+    except (AccuracyInputError, OSError, ValueError):
+        return None  # the config items say what is wrong with it
 
 
 def npu_layout(config: pytest.Config, dumps: DumpSet) -> Layout:
-    """--acc-npu-layout as given, else tp = (the ranks dumped) / --acc-dp-size, pp = 1."""
+    """--acc-npu-layout as given, else tp = (the ranks dumped) / --acc-dp-size, pp = 1, else
+    the NPU config's sizes."""
     from pytest_accuracy.pairing.layouts import Layout, parse_layout
 
     given = setting(config, "npu_layout")
@@ -33,6 +49,9 @@ def npu_layout(config: pytest.Config, dumps: DumpSet) -> Layout:
             return parse_layout(str(given))
         except ValueError as exc:
             raise pytest.UsageError(f"--acc-npu-layout: {exc}") from None
+    found = _from_config(config) if not setting(config, "dp_size") else None
+    if found is not None:
+        return Layout(tp=found[0], dp=found[1], pp=found[2])
     dp = int(typed_setting(config, "dp_size"))
     world = max(rank for _, rank in dumps.dumps) + 1
     if dp < 1 or world % dp:
