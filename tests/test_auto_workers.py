@@ -84,3 +84,27 @@ def test_auto_reads_the_dump_an_ini_file_names_relative_to_that_file(
                                            "-p", "no:cacheprovider", "-n", "auto")
     result.stdout.fnmatch_lines([f"{HEADER}*"])
     assert "created:" not in result.stdout.str()
+
+
+REPLICAS = Path(__file__).parent / "data" / "real" / "dp_replicas"
+
+
+def test_auto_starts_workers_that_split_the_ranks_of_a_big_statistics_compare(
+        pytester: pytest.Pytester) -> None:
+    """Rank items: each worker reads only its ranks, so workers pay on a multi-rank statistics
+    dump past RANK_WORKERS_FROM_BYTES (lowered here: the shipped 4-rank dump is small)."""
+    pytest.importorskip("xdist")
+    pytester.makeconftest("import pytest_accuracy.suite.auto_workers as auto\n"
+                          "auto.RANK_WORKERS_FROM_BYTES = 1\n")
+    args = (f"--acc-npu={REPLICAS / 'init_drift' / 'mix'}",
+            f"--acc-bench={REPLICAS / 'golden' / 'mix'}", "--acc-items=rank",
+            "-p", "no:cacheprovider")
+    split = pytester.runpytest_subprocess(*args, "-n", "auto")
+    assert "created:" in split.stdout.str() and HEADER not in split.stdout.str()
+    two = pytester.runpytest_subprocess(*args, "-n", "2")
+    assert "no tensor files" not in two.stdout.str()  # no warning: workers pay here
+    serial = pytester.runpytest_subprocess(*args)
+    assert split.parseoutcomes() == serial.parseoutcomes() and split.ret == serial.ret == 1
+    (pytester.path / "conftest.py").unlink()  # at the real threshold the dump is too small
+    small = pytester.runpytest_subprocess(*args, "-n", "auto")
+    small.stdout.fnmatch_lines([f"{HEADER}*"])
