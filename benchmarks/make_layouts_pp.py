@@ -1,0 +1,282 @@
+"""Multi-rank msprobe dumps (gloo, CPU) of a two-block tiny decoder under TP x PP layouts.
+
+Made for comparing across parallel layouts with a pipeline in play: an NPU run at TP=2 x PP=2
+against a bench at TP=1 x PP=1 or TP=4 x PP=1. Run with torch and mindstudio-probe installed
+(tests/data/real/layouts_pp/ was made with torch 2.13.0+cpu and mindstudio-probe 26.2.0):
+
+    python benchmarks/make_layouts_pp.py OUT [--keep-stack]
+
+The building blocks (vocabulary-parallel embedding, RMSNorm, column/row-parallel linears, the
+gathered vocabulary head, Megatron's conjugate autograd functions, the batch, the weights of the
+embedding, block 0 and the head) are imported from make_layouts.py; this script adds a second
+decoder block and a two-stage pipeline::
+
+    ids -> embed -> layers[0] -> layers[1] -> final_norm -> head (gathered) -> cross_entropy
+    block = x + fc2(silu(fc1(norm(x))))     fc1 column-parallel, fc2 row-parallel (all-reduce)
+
+Weights: make_layouts.full_weights() (seed 0) gives the embedding, block 0's fc1/fc2 and the
+head, so block 0 is make_layouts' block; block 1's fc1/fc2 come from a second generator seeded
+with 2 (same scales). Every rank builds all of them and keeps its shard, so every layout starts
+from the same model.
+
+Ranks are Megatron's ``rank = tp_rank + tp * (dp_rank + dp * pp_rank)`` with DP=1. With PP=2
+stage 0 holds ``embed`` + ``layers[0]`` (global layer 0) and stage 1 holds ``layers[0]`` (global
+layer 1: Megatron names layers by their local index) + ``final_norm`` + ``head`` + the loss. One
+micro-batch, no interleaving, all inside the dump window: stage 0 forward, ``dist.send`` of the
+activation to rank + tp; stage 1 ``dist.recv`` (then requires_grad), forward, loss, backward,
+``dist.send`` of the activation's gradient to rank - tp; stage 0 ``dist.recv`` of it and
+``activation.backward(grad)``. Send and recv pass ``group=`` the pipeline group ([0, 2] or
+[1, 3], as Megatron's p2p does) with ``dst``/``src`` as global ranks. The SGD step (lr 0.5) is
+outside the dump window. 2 steps.
+
+Runs (under OUT/<level>/<run>/step<k>/rank<r>/ as msprobe writes them):
+  tp1                     1 rank, TP=1 x PP=1 (bench)
+  tp4                     4 ranks, TP=4 x PP=1 (bench)
+  tp2pp2                  4 ranks, TP=2 x PP=2, clean (NPU)
+  tp2pp2_fc1_transposed   rank 3 (stage 1, tp 1) loads its fc1 shard transposed
+  tp2pp2_no_allreduce     rank 3 keeps its fc2 partial sum (still joins the all-reduce)
+  tp2pp2_vocab_split      rank 1 (stage 0, tp 1) has its vocabulary range off by one
+at levels L1 (task tensor), L0 (task tensor) and mix (task statistics). stack.json files are
+deleted unless --keep-stack (they name the machine's paths). OUT/losses.json holds
+run -> level -> rank -> per-step loss for the ranks that compute one (the last stage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_layouts import (
+    FF,
+    LEVELS,
+    LR,
+    STEPS,
+    B,
+    ColumnParallelLinear,
+    D,
+    RMSNorm,
+    RowParallelLinear,
+    T,
+    V,
+    VocabParallelEmbedding,
+    batch,
+    full_weights,
+)
+from make_multirank import free_port
+
+N_LAYERS, BLOCK1_SEED = 2, 2
+RUNS: dict[str, tuple[int, int, str | None]] = {  # name -> (tp, pp, bug)
+    "tp1": (1, 1, None), "tp4": (4, 1, None), "tp2pp2": (2, 2, None),
+    "tp2pp2_fc1_transposed": (2, 2, "fc1_transposed"),
+    "tp2pp2_no_allreduce": (2, 2, "no_allreduce"),
+    "tp2pp2_vocab_split": (2, 2, "vocab_split"),
+}
+BUG_RANKS = {"fc1_transposed": 3, "no_allreduce": 3, "vocab_split": 1}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One rank's place: TP x PP with DP=1, ``rank = tp_rank + tp * pp_rank``."""
+
+    rank: int
+    tp: int
+    pp: int
+    group: Any  # this rank's TP group (None at TP=1)
+    pp_group: Any  # this rank's pipeline group, e.g. [1, 3] (None at PP=1)
+
+    @property
+    def tp_rank(self) -> int:
+        return self.rank % self.tp
+
+    @property
+    def pp_rank(self) -> int:
+        return self.rank // self.tp
+
+    @property
+    def first(self) -> bool:
+        return self.pp_rank == 0
+
+    @property
+    def last(self) -> bool:
+        return self.pp_rank == self.pp - 1
+
+
+def layer_weights() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Full (fc1 [F, D], fc2 [D, F]) of each block: block 0 is make_layouts', block 1 seed 2."""
+    w = full_weights()
+    g = torch.Generator().manual_seed(BLOCK1_SEED)
+    fc1 = torch.randn(FF, D, generator=g) * 0.25
+    fc2 = torch.randn(D, FF, generator=g) * 0.18
+    return [(w["fc1"], w["fc2"]), (fc1, fc2)]
+
+
+class Block(torch.nn.Module):
+    """norm -> fc1 (column-parallel) -> silu -> fc2 (row-parallel) -> + residual."""
+
+    def __init__(self, fc1: torch.Tensor, fc2: torch.Tensor, lay: Layout, bug: str | None) -> None:
+        super().__init__()
+        cols = slice(lay.tp_rank * FF // lay.tp, (lay.tp_rank + 1) * FF // lay.tp)
+        fc1_shard = fc1[cols].clone()
+        if bug == "fc1_transposed":
+            fc1_shard = fc1_shard.t().contiguous()  # [F/2, D] = [16, 16] at TP=2
+        self.norm = RMSNorm(D)
+        self.fc1 = ColumnParallelLinear(fc1_shard, lay.tp, lay.group, gather_output=False)
+        self.fc2 = RowParallelLinear(fc2[:, cols].clone(), lay.tp, lay.group,
+                                     keep_partial=bug == "no_allreduce")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(F.silu(self.fc1(self.norm(x))))
+
+
+class StageModel(torch.nn.Module):
+    """One pipeline stage: embed on the first, its blocks, final_norm + head on the last."""
+
+    def __init__(self, lay: Layout, bug: str | None) -> None:
+        super().__init__()
+        per_stage = N_LAYERS // lay.pp
+        mine = layer_weights()[lay.pp_rank * per_stage:(lay.pp_rank + 1) * per_stage]
+        self.embed: VocabParallelEmbedding | None = None
+        self.final_norm: RMSNorm | None = None
+        self.head: ColumnParallelLinear | None = None
+        if lay.first:
+            vs, ve = lay.tp_rank * V // lay.tp, (lay.tp_rank + 1) * V // lay.tp
+            if bug == "vocab_split":
+                vs, ve = vs - 1, ve - 1
+            self.embed = VocabParallelEmbedding(full_weights()["embed"], vs, ve, lay.tp, lay.group)
+        self.layers = torch.nn.ModuleList(Block(w1, w2, lay, bug) for w1, w2 in mine)
+        if lay.last:
+            rows_v = slice(lay.tp_rank * V // lay.tp, (lay.tp_rank + 1) * V // lay.tp)
+            self.final_norm = RMSNorm(D)
+            self.head = ColumnParallelLinear(full_weights()["head"][rows_v].clone(), lay.tp,
+                                             lay.group, gather_output=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.embed is not None:
+            x = self.embed(x)
+        for layer in self.layers:
+            x = layer(x)
+        if self.head is not None and self.final_norm is not None:
+            x = self.head(self.final_norm(x))
+        return x
+
+
+# --- driver ----------------------------------------------------------------------------------
+
+def groups(rank: int, world: int, tp: int) -> tuple[Any, Any]:
+    """This rank's TP and PP groups (None where of size 1). Every rank creates every group in the
+    same order: TP groups [s*tp, (s+1)*tp), then PP groups [t, t+tp, ...] (Megatron's)."""
+    tp_lists = [list(range(s, s + tp)) for s in range(0, world, tp)] if tp > 1 else []
+    pp_lists = [list(range(t, world, tp)) for t in range(tp)] if world > tp else []
+    tp_groups = [dist.new_group(ranks) for ranks in tp_lists]
+    pp_groups = [dist.new_group(ranks) for ranks in pp_lists]
+    mine_tp = next((g for r, g in zip(tp_lists, tp_groups, strict=True) if rank in r), None)
+    mine_pp = next((g for r, g in zip(pp_lists, pp_groups, strict=True) if rank in r), None)
+    return mine_tp, mine_pp
+
+
+def pipeline_step(model: StageModel, lay: Layout) -> torch.Tensor | None:
+    """Forward and backward of one micro-batch; returns the loss on the last stage."""
+    ids, y = batch()
+    if lay.first:
+        x = ids
+    else:
+        x = torch.empty(B, T, D)
+        # the activation from the same tp_rank of stage 0; src/dst are global ranks
+        dist.recv(x, src=lay.rank - lay.tp, group=lay.pp_group)
+        x.requires_grad_()
+    out = model(x)
+    if not lay.last:
+        dist.send(out.detach(), dst=lay.rank + lay.tp, group=lay.pp_group)
+        grad = torch.empty_like(out)
+        dist.recv(grad, src=lay.rank + lay.tp, group=lay.pp_group)
+        out.backward(grad)
+        return None
+    loss = F.cross_entropy(out.reshape(-1, V), y.reshape(-1))
+    loss.backward()
+    if not lay.first:
+        assert x.grad is not None
+        dist.send(x.grad, dst=lay.rank - lay.tp, group=lay.pp_group)
+    return loss
+
+
+def worker(rank: int, world: int, tp: int, bug: str | None, level: str, dump_path: str,
+           port: int) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    lay = Layout(rank, tp, world // tp, *groups(rank, world, tp))
+    model = StageModel(lay, bug if bug is not None and BUG_RANKS[bug] == rank else None)
+    from msprobe.pytorch import PrecisionDebugger
+
+    cfg = dict(LEVELS[level], dump_path=dump_path, rank=[], step=[], async_dump=False)
+    cfg_path = Path(f".cfg_{level}_{rank}.json")
+    cfg_path.write_text(json.dumps(cfg))
+    debugger = PrecisionDebugger(config_path=str(cfg_path))
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    losses = []
+    for _ in range(STEPS):
+        debugger.start(model)
+        loss = pipeline_step(model, lay)
+        debugger.stop()
+        debugger.step()
+        opt.step()
+        opt.zero_grad()
+        if loss is not None:
+            losses.append(loss.item())
+    cfg_path.unlink()
+    if losses:
+        Path(dump_path, f".loss_{rank}.json").write_text(json.dumps(losses))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def generate(level: str, name: str, keep_stack: bool) -> dict[int, list[float]]:
+    """One run at one level under level/name; returns rank -> per-step loss."""
+    tp, pp, bug = RUNS[name]
+    root = Path(level, name)
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    mp.spawn(worker, args=(tp * pp, tp, bug, level, str(root), free_port()), nprocs=tp * pp)
+    per_rank = {}
+    for r in range(tp * pp):
+        f = root / f".loss_{r}.json"
+        if f.exists():
+            per_rank[r] = json.loads(f.read_text())
+            f.unlink()
+    if not keep_stack:
+        for f in root.rglob("stack.json"):
+            f.unlink()
+    return per_rank
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--keep-stack", action="store_true", help="keep msprobe's stack.json files")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    os.chdir(args.out)  # relative dump paths: no machine path ends up in dump.json
+    losses: dict[str, dict[str, dict[int, list[float]]]] = {}
+    for level in LEVELS:
+        for name in RUNS:
+            losses.setdefault(name, {})[level] = generate(level, name, args.keep_stack)
+    Path("losses.json").write_text(json.dumps(losses, indent=1) + "\n")
+    print("written", [f"{lv}/{r}" for lv in LEVELS for r in RUNS], "under", args.out,
+          file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
