@@ -42,9 +42,13 @@ class FirstDivergence:
     # a collective whose inputs agree: the error came in from another rank of its group
     received: bool = False
     order: int = 0  # the node's place in its rank's dump (the same code: the same on each)
+    # where its rank's pipeline stage runs it, where the runs' stages differ (else 0): stage s
+    # of P runs its forward at s and its backward at 2P-1-s (one micro-batch: F0..F(P-1), then
+    # B(P-1)..B0)
+    phase: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        return {**({"phase": self.phase} if self.phase else {}),
             "npu_name": self.npu_name,
             "bench_name": self.bench_name,
             "step": self.step,
@@ -120,13 +124,15 @@ def find_first_divergence(cmp: Comparison, upto: int | None = None) -> FirstDive
     return found
 
 
-def causal_key(first: dict[str, Any]) -> tuple[int, bool, int, int]:
+def causal_key(first: dict[str, Any]) -> tuple[int, bool, int, int, int]:
     """The order first divergences are ranked in: step; then a node that made the error
-    before a collective that received it from another rank; then its place in its rank's
+    before a collective that received it from another rank; then when its pipeline stage runs
+    it (an earlier stage's forward feeds the later's, a later stage's backward the earlier's);
+    then its place in its rank's
     calls (ranks run the same code side by side: an error on rank 3 before rank 0's
     reaches rank 0 later, through a collective); then rank."""
-    return (int(first["step"]), bool(first.get("received")), int(first.get("order", 0)),
-            int(first["rank"]))
+    return (int(first["step"]), bool(first.get("received")), int(first.get("phase", 0)),
+            int(first.get("order", 0)), int(first["rank"]))
 
 
 
@@ -148,6 +154,7 @@ def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
     if not appears:
         reason = f"{reason} (differing inputs: {_differing_inputs(result)})"
     odd = _odd_inside(cmp, result)
+    previous = None if appears else _entered_after(cmp, result)
     carrier = cmp.provenance.carrier_of(result.index)
     if carrier is not None:
         reason += (f"; made by its own code between its recorded submodules "
@@ -162,29 +169,49 @@ def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
         kind=("parameter" if own_params and not finding else "appears") if appears
         else "between",
         reason=reason,
-        previous=None if appears else _entered_after(cmp, result),
+        previous=previous,
         likely_cause=(odd[1] if odd else None) or _likely_cause(cmp, result)
         or _parameter_cause(own_params),
         stack=result.npu.stack_line(),
         finding=finding.kind if finding is not None else None,
         twin_step=result.twin_step,
         through=odd[0].name if odd else _through(result, finding),
-        received=_received(cmp, result, appears and finding is None),
+        received=_received(cmp, result, appears and finding is None,
+                           start=not appears and previous is None),
         order=result.npu.order,
+        phase=_phase(cmp, result),
     )
 
 
-def _received(cmp: Comparison, result: NodeResult, appears: bool) -> bool:
+def _received(cmp: Comparison, result: NodeResult, appears: bool, start: bool) -> bool:
     """Whether the error came in from another rank: the node is a collective whose inputs
     agree, or it entered through one only the NPU run records (the bench at another TP size
-    makes no such exchange)."""
+    makes no such exchange), or, in a later pipeline stage, it was there from the start of
+    the step (with the previous stage's activations)."""
     dump = cmp.entries[result.index][0]
     bench = cmp.bench.dumps.get((dump.step, dump.rank))
     exchanges = bench.exchanges if bench is not None else set()
     if appears:
         return is_collective(result.npu) or result.npu.name in exchanges
+    if start and _stage(cmp, result)[0] > 0:  # differing from its stage's first call on
+        return True
     return any(is_collective(c) or name in exchanges for name in result.entered_through
                if (c := dump.get(name)) is not None)
+
+
+def _stage(cmp: Comparison, result: NodeResult) -> tuple[int, int]:
+    """The node's pipeline stage and the stage count, where the bench was seen from the
+    NPU's stages (else 0 of 1)."""
+    dump = cmp.entries[result.index][0]
+    bench = cmp.bench.dumps.get((dump.step, dump.rank))
+    return (bench.stage, bench.stages) if bench is not None else (0, 1)
+
+
+def _phase(cmp: Comparison, result: NodeResult) -> int:
+    stage, stages = _stage(cmp, result)
+    if stages < 2:
+        return 0
+    return stage if result.npu.direction == "forward" else 2 * stages - 1 - stage
 
 
 def _odd_inside(cmp: Comparison, result: NodeResult) -> tuple[Call, str] | None:

@@ -350,6 +350,9 @@ class Dump:
     # calls that complete a value across ranks inside (a module that all-reduces): errors of
     # other ranks come in through them, as through a collective (pairing/shards.py)
     exchanges: set[str] = field(default_factory=set)
+    # the NPU rank's pipeline stage, on a view of a bench with fewer stages (pairing/shards.py)
+    stage: int = 0
+    stages: int = 1
     _by_name: dict[str, Call] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

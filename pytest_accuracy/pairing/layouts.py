@@ -48,11 +48,30 @@ def parse_layout(text: str) -> Layout:
 
 def bench_ranks(npu: Layout, bench: Layout, rank: int) -> list[int]:
     """The bench ranks that hold the part of the model and the data NPU ``rank`` holds: its
-    TP group where the data (dp) and the pipeline stage (pp) are the same."""
+    TP group where the data (dp) is the same, in the bench stage that holds the NPU's (a
+    bench of fewer pipeline stages holds several of the NPU's in one)."""
     tp_rank, dp_rank, pp_rank = npu.coords(rank)
     first = tp_rank * bench.tp // npu.tp
     last = max(first, (tp_rank + 1) * bench.tp // npu.tp - 1) if bench.tp >= npu.tp else first
-    return [bench.rank(j, dp_rank, pp_rank) for j in range(first, last + 1)]
+    stage = pp_rank * bench.pp // npu.pp
+    return [bench.rank(j, dp_rank, stage) for j in range(first, last + 1)]
+
+
+def stage_place(npu: Layout, bench: Layout, rank: int) -> float:
+    """Where NPU ``rank``'s pipeline stage sits inside its bench stage: 0 first, 1 last."""
+    per = npu.pp // bench.pp
+    return (npu.coords(rank)[2] % per) / (per - 1) if per > 1 else 0.0
+
+
+def layouts_problem(npu: Layout, bench: Layout) -> str | None:
+    """Why the two layouts cannot be compared rank by rank, else None."""
+    if npu.dp != bench.dp:
+        return (f"the NPU layout {npu} and the bench layout {bench} differ in dp: each rank's "
+                "data must be the same on both sides")
+    if npu.pp % bench.pp:
+        return (f"the NPU layout {npu} has pp={npu.pp}, the bench {bench} pp={bench.pp}: a bench "
+                "stage must hold whole NPU stages (the bench's pp a divisor of the NPU's)")
+    return None
 
 
 def infer_layouts(npu: DumpSet, bench: DumpSet) -> tuple[Layout, Layout, str] | None:
@@ -64,23 +83,45 @@ def infer_layouts(npu: DumpSet, bench: DumpSet) -> tuple[Layout, Layout, str] | 
     step = min((s for s, _ in npu.dumps if any(k[0] == s for k in bench.dumps)), default=None)
     if step is None:
         return None
+    pn, pb = _stages(npu, step), _stages(bench, step)
     mine, theirs = _batches(npu, step), _batches(bench, step)
-    if mine is None or theirs is None or len(mine) == len(theirs):
+    if mine is None or theirs is None or pn is None or pb is None or (
+            len(mine) == len(theirs) and pn == pb):
         return None
+    mine, theirs = mine[:len(mine) // pn], theirs[:len(theirs) // pb]  # the first stage's
     tn, tb = _group_size(mine), _group_size(theirs)
     if tn is None or tb is None or len(mine) // tn != len(theirs) // tb:
         return None
     dp = len(mine) // tn
     if any(mine[d * tn] != theirs[d * tb] for d in range(dp)):
         return None  # another split of the data: not the same batches rank for rank
-    npu_layout, bench_layout = Layout(tp=tn, dp=dp), Layout(tp=tb, dp=dp)
-    if not _shards_agree(npu.dumps[(step, 0)], bench.dumps[(step, 0)], tn, tb):
+    npu_layout, bench_layout = Layout(tp=tn, dp=dp, pp=pn), Layout(tp=tb, dp=dp, pp=pb)
+    if layouts_problem(npu_layout, bench_layout) or not _shards_agree(
+            npu.dumps[(step, 0)], bench.dumps[(step, 0)], tn, tb):
         return None
-    why = (f"inferred from the dumps: {_ranks(len(mine))} of the NPU against "
-           f"{_ranks(len(theirs))} of the bench; "
+    why = (f"inferred from the dumps: {_ranks(len(mine) * pn)} of the NPU against "
+           f"{_ranks(len(theirs) * pb)} of the bench; "
            f"{_first(tn)} of the NPU and {_first(tb)} of the bench read one batch, and the "
            f"NPU's sharded tensors are {_part(tn)} where the bench's are {_part(tb)}")
+    if pn != pb:
+        why += (f"; the NPU's ranks make {pn} different sequences of calls (pipeline stages), "
+                f"the bench's {pb}")
     return npu_layout, bench_layout, why
+
+
+def _stages(dumps: DumpSet, step: int) -> int | None:
+    """How many pipeline stages the ranks at ``step`` form: runs of consecutive ranks making
+    the same operations (Megatron's order puts the stage outermost), all of one size."""
+    from pytest_accuracy.pairing.stages import operations
+
+    ranks = sorted(r for s, r in dumps.dumps if s == step)
+    seen = [operations(dumps.dumps[(step, r)]) for r in ranks]
+    blocks = [k for k in range(len(seen)) if k == 0 or seen[k] != seen[k - 1]]
+    size = len(seen) // len(blocks) if blocks else 0
+    if not size or any(b != k * size for k, b in enumerate(blocks)) or len(
+            set(map(tuple, seen))) != len(blocks):
+        return None
+    return len(blocks)
 
 
 def _ranks(n: int) -> str:

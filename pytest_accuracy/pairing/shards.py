@@ -41,7 +41,8 @@ from pytest_accuracy.dumps.model import (
     is_float_dtype,
 )
 from pytest_accuracy.dumps.stats import Stats
-from pytest_accuracy.pairing.layouts import Layout, bench_ranks
+from pytest_accuracy.pairing.layouts import Layout, bench_ranks, layouts_problem, stage_place
+from pytest_accuracy.pairing.stages import stage_view
 
 
 class ShardRecord(TensorRecord):
@@ -86,17 +87,21 @@ def relayout(npu: DumpSet, npu_layout: Layout, bench: DumpSet, bench_layout: Lay
     """The bench as each NPU rank sees it (keyed by the NPU's step and rank); ranks whose
     bench ranks are missing at a step are left out (the compare says so). The NPU ranks of
     one TP group loaded together tell a replicated value from a partial one."""
-    if npu_layout.dp != bench_layout.dp or npu_layout.pp != bench_layout.pp:
-        raise ValueError(
-            f"the NPU layout {npu_layout} and the bench layout {bench_layout} differ in dp or "
-            "pp: only tensor parallelism may differ (each rank's data and pipeline stage "
-            "must be the same on both sides)")
+    problem = layouts_problem(npu_layout, bench_layout)
+    if problem:
+        raise ValueError(problem)
     views: dict[tuple[int, int], _View] = {}
     for (step, rank), mine in npu.dumps.items():
         group = [d for r in bench_ranks(npu_layout, bench_layout, rank)
                  if (d := bench.dumps.get((step, r))) is not None]
         if len(group) < len(bench_ranks(npu_layout, bench_layout, rank)):
             continue
+        if npu_layout.pp != bench_layout.pp:  # the bench ranks' calls this stage makes
+            place = stage_place(npu_layout, bench_layout, rank)
+            staged = [stage_view(d, mine, place) for d in group]
+            group = [d for d in staged if d is not None]
+            if len(group) < len(staged):
+                continue
         tp_rank, dp_rank, pp_rank = npu_layout.coords(rank)
         peers = [d for j in range(npu_layout.tp)
                  if (d := npu.dumps.get((step, npu_layout.rank(j, dp_rank, pp_rank))))]
@@ -114,6 +119,9 @@ def relayout(npu: DumpSet, npu_layout: Layout, bench: DumpSet, bench_layout: Lay
             view.agreed = agreed
             view.partial, view.left_out, view.exchanges = set(), {}, set()
             made[(step, rank)] = view.dump()
+    if npu_layout.pp != bench_layout.pp:
+        for (_, rank), dump in made.items():
+            dump.stage, dump.stages = npu_layout.coords(rank)[2], npu_layout.pp
     return DumpSet(bench.root, made)
 
 

@@ -117,7 +117,8 @@ class SuiteState:
         """Layouts read from the dumps where their ranks differ in number (none given)."""
         from pytest_accuracy.pairing.layouts import infer_layouts
 
-        if set(r for _, r in npu.dumps) != set(r for _, r in bench.dumps):
+        if set(r for _, r in npu.dumps) != set(r for _, r in bench.dumps) or (
+                _staged(npu) != _staged(bench)):
             self.inferred = infer_layouts(npu, bench)
 
     @cached_property
@@ -136,12 +137,12 @@ class SuiteState:
             mine, theirs = parse_layout(str(given[0])), parse_layout(str(given[1]))
         except ValueError as exc:
             raise pytest.UsageError(f"--acc-npu-layout / --acc-bench-layout: {exc}") from None
-        if mine.dp != theirs.dp or mine.pp != theirs.pp:
-            raise pytest.UsageError(
-                f"--acc-npu-layout {mine} and --acc-bench-layout {theirs} differ in dp or pp: "
-                "only tensor parallelism may differ between the runs compared (each rank's "
-                "data and pipeline stage must be the same on both sides)")
-        return None if mine.tp == theirs.tp else (mine, theirs)
+        from pytest_accuracy.pairing.layouts import layouts_problem
+
+        problem = layouts_problem(mine, theirs)
+        if problem:
+            raise pytest.UsageError(f"--acc-npu-layout / --acc-bench-layout: {problem}")
+        return None if (mine.tp, mine.pp) == (theirs.tp, theirs.pp) else (mine, theirs)
 
     def _bench_ranks(self, npu: DumpSet) -> set[int] | None:
         """The bench ranks the NPU ranks loaded are compared with (None: the same ranks)."""
@@ -182,6 +183,18 @@ class SuiteState:
         from pytest_accuracy.suite.registry import extra_groups
 
         yield from extra_groups(self.config)
+
+
+def _staged(dumps: DumpSet) -> bool:
+    """Whether the first and the last rank make different operations (pipeline stages)."""
+    from pytest_accuracy.pairing.stages import operations
+
+    keys = dumps.keys()
+    if not keys:
+        return False
+    step = keys[0][0]
+    ranks = [r for s, r in keys if s == step]
+    return operations(dumps.dumps[(step, ranks[0])]) != operations(dumps.dumps[(step, ranks[-1])])
 
 
 def _empty_selection(path: Path, steps: set[int] | None, ranks: set[int] | None,
