@@ -148,9 +148,11 @@ def _without_data(node: object) -> object:
 
 @pytest.mark.parametrize(("flags", "message"), [
     (("--acc-bench-layout=tp=1",), "*--acc-bench-layout needs --acc-npu-layout*"),
-    ((L_TP2, "--acc-bench-layout=tp=1,dp=4"), "*differ in dp or pp: only tensor parallelism "
-                                              "may differ*"),
-    (("--acc-npu-layout=tp=2", L_TP1), "*differ in dp or pp*"),
+    ((L_TP2, "--acc-bench-layout=tp=1,dp=4"), "*differ in dp: each rank's data must be the "
+                                              "same on both sides*"),
+    (("--acc-npu-layout=tp=2", L_TP1), "*differ in dp*"),
+    (("--acc-npu-layout=tp=2,pp=2", "--acc-bench-layout=tp=1,pp=4"),
+     "*a bench stage must hold whole NPU stages*"),
     (("--acc-npu-layout=tp=1,dp=2", "--acc-bench-layout=tp=2,dp=2"),
      "*--acc-npu-layout tp=1,dp=2,pp=1 has 2 ranks, the NPU dump * has rank 2*"),
     (("--acc-npu-layout=tp=2,tp=4", L_TP1), "*expected tp=N,dp=N,pp=N*"),
