@@ -104,3 +104,19 @@ def test_a_wrong_vocabulary_split_is_named_at_the_embedding(pytester: pytest.Pyt
     result, said = _run(pytester, "mix", "tp2pp2_vocab_split", "tp1")
     assert result.ret == 1
     assert ": Module.embed.VocabParallelEmbedding.forward.0 (step 0, rank 0)" in said, said
+
+
+def test_under_workers_the_summary_and_the_document_say_the_inferred_layouts(
+        pytester: pytest.Pytester) -> None:
+    """-n 2: the workers infer the layouts; the controller's summary line and acc.json repeat
+    them from the coverage item's record."""
+    pytest.importorskip("xdist")
+    out = pytester.path / "acc.json"
+    result, said = _run(pytester, "mix", "tp2pp2", "tp1", "-n", "2", f"--acc-json={out}")
+    assert result.ret == 0, said
+    result.stdout.fnmatch_lines([f"{INFERRED}*"])
+    import json
+
+    layouts = json.loads(out.read_text())["compare"]["layouts"]
+    assert (layouts["npu"], layouts["bench"]) == ("tp=2,dp=1,pp=2", "tp=1,dp=1,pp=1")
+    assert layouts["inferred"].startswith("inferred from the dumps")

@@ -215,7 +215,9 @@ class CoverageItem(AccuracyItem):
         state = self.config.stash[STATE_KEY]
         cmp: Comparison = state.comparison
         record, theirs = coverage_record(cmp, state.criteria.min_matched)
-        self.stash[RECORD_KEY] = record
+        from pytest_accuracy.suite.summary import layouts_record
+
+        self.stash[RECORD_KEY] = {**record, **layouts_record(state)}  # -n: for the controller
         _write_inferred_mapping(self.config, cmp)
         problem = coverage_problem(cmp, record["coverage"], theirs)
         if problem:

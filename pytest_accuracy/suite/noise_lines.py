@@ -37,15 +37,19 @@ def learned_lines(nodes: list[dict[str, Any]], criteria: Any = None) -> list[str
     return [line + "."]
 
 
-def layout_lines(state: Any) -> list[str]:
-    """Which bench ranks each NPU rank was compared with, where the layouts differ."""
+def layout_lines(state: Any, seen: dict[str, Any] | None = None) -> list[str]:
+    """Which bench ranks each NPU rank was compared with, where the layouts differ: this
+    process's, or those the process that compared them recorded (``seen``: -n workers)."""
+    from pytest_accuracy.pairing.layouts import bench_ranks, parse_layout
+
     layouts = getattr(state, "layouts", None) if state is not None else None
+    inferred = getattr(state, "inferred", None) if layouts else None
+    if not layouts and seen:
+        layouts = parse_layout(str(seen["npu"])), parse_layout(str(seen["bench"]))
+        inferred = (None, None, seen["inferred"]) if seen.get("inferred") else None
     if not layouts:
         return []
-    from pytest_accuracy.pairing.layouts import bench_ranks
-
     mine, theirs = layouts
-    inferred = getattr(state, "inferred", None)
     why = f" ({inferred[2]}; give --acc-npu-layout and --acc-bench-layout to say otherwise)" \
         if inferred and not getattr(state, "given_layouts", None) else ""
     shown = [f"{r} <- {'+'.join(str(b) for b in bench_ranks(mine, theirs, r))}"

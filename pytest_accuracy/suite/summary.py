@@ -34,6 +34,7 @@ class AccuracyResults:
         self.waivers_matched: set[str] = set()
         self.groups: dict[str, list[dict[str, Any]]] = {}
         self.coverage: dict[str, Any] | None = None
+        self.layouts: dict[str, Any] | None = None
         self.nonfinite: dict[str, Any] | None = None
         self.compared_on: dict[str, Any] | None = None
         self.first: dict[str, Any] | None = None
@@ -90,6 +91,8 @@ class AccuracyResults:
         self.outcomes[report.outcome] = self.outcomes.get(report.outcome, 0) + 1
         if "coverage" in record:
             self.coverage = record["coverage"]
+        if "layouts" in record:  # as the process that compared saw them (-n: a worker)
+            self.layouts = record["layouts"]
             self.nonfinite = record.get("first_nonfinite")
             self.compared_on = record.get("compared_on")
         elif "group" in record:
@@ -172,7 +175,7 @@ class AccuracyResults:
         from pytest_accuracy.suite.noise_lines import layout_lines, learned_lines
 
         if self.nodes or self.passes:
-            lines += layout_lines(state)
+            lines += layout_lines(state, self.layouts)
         lines += learned_lines(self.nodes, getattr(state, "criteria", None))
         lines += compare_verdict_lines(self.nodes, self.first, self.passes)
         return [escape_controls(line) for line in lines]  # names come from other machines
@@ -240,7 +243,8 @@ class AccuracyResults:
         summary: dict[str, Any] = {"first_divergence": _public_first(self.first),
                                    "first_nonfinite": self.nonfinite,
                                    "coverage": self.coverage,
-                                   **_layouts_record(state),
+                                   **(layouts_record(state) or (
+                                       {"layouts": self.layouts} if self.layouts else {})),
                                    **({"compared_on": self.compared_on} if self.compared_on
                                       else {})}
         sections: dict[str, Any] = {"compare": compare_section(self.nodes, summary)
@@ -265,7 +269,7 @@ class AccuracyResults:
         return doc
 
 
-def _layouts_record(state: Any) -> dict[str, Any]:
+def layouts_record(state: Any) -> dict[str, Any]:
     """The layouts the compare used where they differ: given, or inferred and why."""
     layouts = getattr(state, "layouts", None) if state is not None else None
     if not layouts:
