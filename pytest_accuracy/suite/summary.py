@@ -91,8 +91,8 @@ class AccuracyResults:
         self.outcomes[report.outcome] = self.outcomes.get(report.outcome, 0) + 1
         if "coverage" in record:
             self.coverage = record["coverage"]
-        if "layouts" in record:  # as the process that compared saw them (-n: a worker)
-            self.layouts = record["layouts"]
+            # the layouts as the process that compared saw them (-n: a worker)
+            self.layouts = record.get("layouts") or self.layouts
             self.nonfinite = record.get("first_nonfinite")
             self.compared_on = record.get("compared_on")
         elif "group" in record:
