@@ -214,3 +214,22 @@ def test_a_compare_test_draws_the_built_in_error_charts(pytester: pytest.Pyteste
         assert "step 1, rank 0: relative error per node" in block
         assert ">first divergence</text>" in block
     assert "chart" not in _tests(doc)["test_drifting_logs"]  # no compare, no error chart
+
+
+def test_a_compare_test_writes_its_compare_table_like_the_built_in_one(
+        pytester: pytest.Pytester) -> None:
+    import csv
+
+    page, doc = _run(pytester)
+    for name in ("test_marker_only_bug", "test_fixture_bug"):
+        table = _tests(doc)[name]["table"]
+        assert table.startswith("suites/") and table.endswith("/compare_result.csv")
+        path = pytester.path / "report" / table
+        rows = list(csv.DictReader(path.open(newline="")))
+        # one row per output tensor of every node at least, msprobe's columns and ours
+        assert len(rows) >= len(_tests(doc)[name]["chart"]["nodes"])
+        assert {"Step", "Rank", "Status", "Cause", "NPU Name", "Bench Name"} <= set(rows[0])
+        first = [r for r in rows if r["NPU Name"].startswith(NODE + ".output")]
+        assert first and "first divergence" in first[0]["Status"].lower(), first
+        assert f"href='{table}'" in _block(page, name)
+    assert "table" not in _tests(doc)["test_drifting_logs"]

@@ -54,6 +54,10 @@ def suite_block(index: int, test: dict[str, Any]) -> str:
     chart = test.get("chart")
     if isinstance(chart, dict):
         parts.append(_error_charts(chart, first if isinstance(first, dict) else None))
+    table = test.get("table")
+    if isinstance(table, str) and table.startswith("suites/") and ".." not in table:
+        parts.append(f"<p>Every tensor compared: <a href='{esc(table)}'><code>{esc(table)}"
+                     "</code></a> (the built-in compare's columns).</p>")
     loss = test.get("loss")
     if isinstance(loss, dict):
         parts.append(_loss_part(loss))

@@ -53,6 +53,9 @@ def suite_record(item: pytest.Item, report: pytest.TestReport) -> dict[str, Any]
     chart = _chart(item)
     if chart is not None:
         record["chart"] = chart
+        table = _table(item)
+        if table:
+            record["table"] = table
     loss = _loss(item)
     if loss is not None:
         record["loss"] = loss
@@ -103,6 +106,30 @@ def _chart(item: pytest.Item) -> dict[str, Any] | None:
                      "inf" if error is not None and math.isinf(error) else error,
                      node_tolerance(node, {})])
     return {"nodes": rows, "total": len(results)}
+
+
+def _table(item: pytest.Item) -> str | None:
+    """With --acc-report: the test's compare as the built-in's ``compare_result.csv``, in
+    ``suites/<test>/`` of the report folder; its path there."""
+    from pytest_accuracy.settings import setting
+
+    root = setting(item.config, "report")
+    if not root:
+        return None
+    from pathlib import Path
+
+    from pytest_accuracy.nextstep.names import safe_name
+    from pytest_accuracy.report.document import write_compare_csv
+    from pytest_accuracy.report.records import node_record
+    from pytest_accuracy.safe_io import ensure_dir
+
+    report = _compare_report(item)
+    first = vars(report).get("first_divergence")
+    nodes = [node_record(result, first) for result in report.results]
+    folder = Path("suites") / safe_name(item.nodeid)
+    written = write_compare_csv(nodes, ensure_dir(Path(str(root)) / folder),
+                                first.as_dict() if first is not None else None)
+    return str(folder / written.name) if written is not None else None
 
 
 def _first_divergence(item: pytest.Item) -> dict[str, Any] | None:
