@@ -120,3 +120,28 @@ def test_under_workers_the_summary_and_the_document_say_the_inferred_layouts(
     layouts = json.loads(out.read_text())["compare"]["layouts"]
     assert (layouts["npu"], layouts["bench"]) == ("tp=2,dp=1,pp=2", "tp=1,dp=1,pp=1")
     assert layouts["inferred"].startswith("inferred from the dumps")
+
+
+def test_a_stage_whose_calls_the_bench_does_not_make_fails_coverage_saying_so(
+        pytester: pytest.Pytester) -> None:
+    """Rank 3's dump with one op renamed: its stage is not a segment of the bench's calls; its
+    nodes go unchecked, and the coverage item fails naming it and why (never a pass)."""
+    import json
+    import shutil
+
+    npu = pytester.path / "npu"
+    shutil.copytree(DATA / "L1" / "tp2pp2", npu)
+    path = npu / "step0" / "rank3" / "dump.json"
+    doc = json.loads(path.read_text())
+    doc["data"] = {("Tensor.foo.0.forward" if k == "Tensor.mean.0.forward" else k): v
+                   for k, v in doc["data"].items()}
+    path.write_text(json.dumps(doc))
+    result = pytester.runpytest(f"--acc-npu={npu}", f"--acc-bench={DATA / 'L1' / 'tp1'}",
+                                *GIVEN, "-p", "no:cacheprovider")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([
+        "*_ accuracy::compare::coverage _*",
+        "1 NPU step/rank dump(s) have no bench counterpart (step 0 rank 3)*",
+        "*",
+        "step 0 rank 3: its pipeline stage's calls are not found in order among bench rank "
+        "0's*"])

@@ -371,6 +371,8 @@ class DumpSet:
 
     root: Path
     dumps: dict[tuple[int, int], Dump]
+    # a view of another layout: the NPU (step, rank)s it could not make, and why
+    unmade: dict[tuple[int, int], str] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[Dump]:
         return iter(self.dumps[k] for k in sorted(self.dumps))

@@ -91,6 +91,7 @@ def relayout(npu: DumpSet, npu_layout: Layout, bench: DumpSet, bench_layout: Lay
     if problem:
         raise ValueError(problem)
     views: dict[tuple[int, int], _View] = {}
+    unmade: dict[tuple[int, int], str] = {}
     for (step, rank), mine in npu.dumps.items():
         group = [d for r in bench_ranks(npu_layout, bench_layout, rank)
                  if (d := bench.dumps.get((step, r))) is not None]
@@ -99,9 +100,13 @@ def relayout(npu: DumpSet, npu_layout: Layout, bench: DumpSet, bench_layout: Lay
         if npu_layout.pp != bench_layout.pp:  # the bench ranks' calls this stage makes
             place = stage_place(npu_layout, bench_layout, rank)
             staged = [stage_view(d, mine, place) for d in group]
-            group = [d for d in staged if d is not None]
-            if len(group) < len(staged):
+            if any(d is None for d in staged):
+                unmade[(step, rank)] = (
+                    f"its pipeline stage's calls are not found in order among bench rank "
+                    f"{group[0].rank}'s (the stage makes operations the bench does not, or "
+                    "in another order)")
                 continue
+            group = [d for d in staged if d is not None]
         tp_rank, dp_rank, pp_rank = npu_layout.coords(rank)
         peers = [d for j in range(npu_layout.tp)
                  if (d := npu.dumps.get((step, npu_layout.rank(j, dp_rank, pp_rank))))]
@@ -122,7 +127,7 @@ def relayout(npu: DumpSet, npu_layout: Layout, bench: DumpSet, bench_layout: Lay
     if npu_layout.pp != bench_layout.pp:
         for (_, rank), dump in made.items():
             dump.stage, dump.stages = npu_layout.coords(rank)[2], npu_layout.pp
-    return DumpSet(bench.root, made)
+    return DumpSet(bench.root, made, unmade)
 
 
 class _View:

@@ -251,8 +251,9 @@ def coverage_problem(cmp: Comparison, coverage: dict[str, Any],
                 "output that the bench also recorded, so no accuracy was checked.",
                 f"NPU dump {cmp.npu.root}, bench dump {cmp.bench.root}."]
     missing = sorted(set(cmp.npu.keys()) - set(cmp.bench.keys()))
+    unmade = [f"step {s} rank {r}: {why}" for (s, r), why in sorted(cmp.bench.unmade.items())]
     if missing:  # the merge of shards fails on it: so does one run
-        return missing_lines(missing)
+        return missing_lines(missing) + unmade[:5]
     if share < need:
         return [f"Only {matched} of {total} NPU nodes ({share:.1%}) found a bench counterpart "
                 f"(at least {need:.0%} required).",
