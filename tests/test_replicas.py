@@ -160,3 +160,30 @@ def test_the_npu_config_gives_the_groups(pytester: pytest.Pytester, name: str,
                                 "-p", "no:cacheprovider")
     assert "PASSED accuracy::replicas::0,2" in result.outlines, result.stdout.str()[-3000:]
     result.stdout.fnmatch_lines(["FAILED accuracy::replicas::1,3 - *"])
+
+
+def test_the_report_page_lists_the_replica_checks_failing_first(
+        pytester: pytest.Pytester) -> None:
+    """The page's headline counts them and a section lists each group with what it found (as
+    for the overflow items); names and messages escaped."""
+    report = pytester.path / "report"
+    pytester.runpytest(f"--acc-npu={DATA / 'grad_unscaled' / 'mix'}", "--acc-dp-size=2",
+                       f"--acc-report={report}", "-p", "no:cacheprovider")
+    page = (report / "index.html").read_text()
+    assert "Data-parallel replicas: 1 of 2 checks fail: 1,3" in page
+    section = page[page.index("<section id='replicas'>"):]
+    section = section[:section.index("</section>")]
+    rows = section.split("<tr data-status=")[1:]
+    assert [r.split("'")[1] for r in rows] == ["fail", "pass"]  # failing first
+    assert "differ at step 1: Module.fc2.RowParallelLinear.forward.0" in rows[0]
+    assert "<section id='overflow'>" in page  # the overflow items beside them
+
+
+def test_group_records_from_json_render_escaped(tmp_path: Path) -> None:
+    from pytest_accuracy.report.html import render
+
+    evil = "<script>alert(1)</script>"
+    doc = {"verdict": "fail", "inputs": {}, "replicas": {"keys": [
+        {"name": evil, "status": "fail", "summary": evil}]}}
+    page = render(doc, tmp_path, [])
+    assert evil not in page and "&lt;script&gt;" in page

@@ -44,10 +44,36 @@ def render_parts(doc: dict[str, Any], out_dir: Path, images: list[Path]) -> list
     if doc.get("suites"):
         lines.append("Your suites: " + _counted(doc["suites"].get("tests"), "tests", "fail"))
         sections.append(suites_section(doc["suites"]))
+    for group, field, title in _OTHER:
+        records = (doc.get(group) or {}).get(field) if isinstance(doc.get(group), dict) else None
+        if records:
+            lines.append(f"{title}: " + _counted(records, "checks", "fail"))
+            sections.append(_other_section(title, group, records))
     sections.append(_inputs(doc))
     verdict = str(doc.get("verdict"))
     return page_parts(f"pytest-accuracy: {verdict.upper()}", verdict, "<br>".join(lines) or
                       "nothing was checked", sections, _footer(doc, out_dir))
+
+
+# the groups whose records are a name, a status and a summary: (document key, list, title)
+_OTHER = (("data", "keys", "Data"), ("replicas", "keys", "Data-parallel replicas"),
+          ("overflow", "keys", "Overflow"), ("monitor", "states", "Monitor"))
+
+
+def _other_section(title: str, group: str, records: list[Any]) -> str:
+    """A table of the group's checks, failing first: name, status, what it found."""
+    from pytest_accuracy.report.html_page import section
+
+    order = {"fail": 0, "error": 0, "carried": 1, "skip": 2, "pass": 3}
+    shown = sorted((r for r in records if isinstance(r, dict)),
+                   key=lambda r: order.get(str(r.get("status")), 2))
+    rows = "".join(
+        f"<tr data-status='{esc(r.get('status'))}'><td><code>{esc(r.get('name'))}</code></td>"
+        f"<td class='s-{esc(r.get('status'))}'>{esc(r.get('status'))}</td>"
+        f"<td>{esc(r.get('summary') or '')}</td></tr>" for r in shown)
+    return section(title, wide("<table class='sortable'><thead><tr><th>check</th>"
+                               "<th>status</th><th>what it found</th></tr></thead>"
+                               f"<tbody>{rows}</tbody></table>"), group)
 
 
 def _counted(records: Any, unit: str, verb: str) -> str:
