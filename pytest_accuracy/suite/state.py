@@ -43,6 +43,17 @@ class SuiteState:
         assert self.npu is not None
         return self._load(self.npu)
 
+    def release(self) -> None:
+        """Let go of the compare and its dump models (the outputs are written from the
+        records; the layouts and the criteria stay)."""
+        comparison = vars(self).pop("comparison", None)
+        if comparison is not None:
+            comparison.discard()
+        vars(self).pop("npu_dumps", None)
+        import gc
+
+        gc.collect()  # the models' cycles: freed now, before the report is made
+
     @cached_property
     def criteria(self) -> CompareCriteria:
         from pytest_accuracy.settings import compare_criteria

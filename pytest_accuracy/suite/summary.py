@@ -240,6 +240,8 @@ class AccuracyResults:
 
         self._in_order()
         state = self.config.stash.get(STATE_KEY, None)  # None: a run of a user's suite only
+        if state is not None:
+            state.release()  # the records hold what the outputs need: not the dump models
         summary: dict[str, Any] = {"first_divergence": _public_first(self.first),
                                    "first_nonfinite": self.nonfinite,
                                    "coverage": self.coverage,
