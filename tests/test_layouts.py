@@ -217,18 +217,23 @@ def test_a_bug_on_one_rank_is_named_on_that_rank(pytester: pytest.Pytester, bug:
     assert (first["npu_name"], first["rank"], first["step"]) == (BUGS[bug, level, bench], 1, 0)
 
 
-@pytest.mark.parametrize(("level", "bench"), [("L0", "tp1"), ("L0", "tp4"), ("mix", "tp1")])
+@pytest.mark.parametrize(("level", "bench", "rank"), [("L0", "tp1", 1), ("L0", "tp4", 1),
+                                                      ("mix", "tp1", 0)])
 def test_a_wrong_vocabulary_split_is_named_at_the_embedding(pytester: pytest.Pytester,
-                                                            level: str, bench: str) -> None:
+                                                            level: str, bench: str,
+                                                            rank: int) -> None:
     """Rank 1's embedding shard takes rows [7, 15): the lookup is a partial value on every
-    rank, so the error shows in the embedding's all-reduced output, alike on both ranks: the
-    node is named, the rank (1) is not told apart from its peer (rank 0 is named)."""
+    rank, so the error shows in the embedding's all-reduced output, alike on both ranks. With
+    tensors (L0) rank 1's own table shard differs from the bench's rows [8, 16): a parameter
+    of its own, made there, so rank 1 is named; from statistics a slice of the bench's whole
+    table has none to check it against, and rank 0 is named (docs/sharding.md)."""
     out = pytester.path / "acc.json"
     result = _run(pytester, LAYOUTS / level / "tp2_vocab_split", LAYOUTS / level / bench,
                   f"--acc-json={out}")
     assert result.ret == 1
     first = json.loads(out.read_text())["compare"]["first_divergence"]
-    assert first["npu_name"] == "Module.embed.VocabParallelEmbedding.forward.0"
+    assert (first["npu_name"], first["rank"]) == (
+        "Module.embed.VocabParallelEmbedding.forward.0", rank)
 
 
 def test_the_same_verdict_given_or_inferred(pytester: pytest.Pytester) -> None:

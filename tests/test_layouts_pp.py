@@ -2,7 +2,8 @@
 TP=1 or TP=4 with one stage, on real gloo dumps (tests/data/real/layouts_pp, README there).
 Each NPU stage meets the bench's calls it makes, renamed as the stage names them (stage 1's
 ``layers.0`` is the bench's ``layers.1``, its counters start at 0); clean pairs pass, and the
-bugs made on rank 3 (stage 1) are named there, with the layouts given or inferred."""
+bugs made on rank 3 (stage 1) or rank 1 (stage 0) are named there, with the layouts given or
+inferred."""
 
 from __future__ import annotations
 
@@ -82,12 +83,15 @@ BUGS = {
     ("mix", "tp2pp2_no_allreduce", "tp1"): ": Module.layers.0.Block.forward.0 (step 0, rank 3)",
     ("mix", "tp2pp2_no_allreduce", "tp4"): ": Module.layers.0.fc2.RowParallelLinear.forward.0 "
                                            "(step 0, rank 3)",
+    # rank 1 (stage 0): its own table shard is not the bench's rows [8, 16)
+    ("L0", "tp2pp2_vocab_split", "tp1"): ": Module.embed.VocabParallelEmbedding.forward.0 "
+                                         "(step 0, rank 1)",
 }
 
 
 @pytest.mark.parametrize("given", [False, True], ids=["inferred", "given"])
 @pytest.mark.parametrize("case", sorted(BUGS), ids=lambda c: "-".join(c))
-def test_a_bug_on_stage_1_is_named_on_its_rank(pytester: pytest.Pytester,
+def test_a_bug_on_one_rank_is_named_on_it(pytester: pytest.Pytester,
                                               case: tuple[str, str, str], given: bool) -> None:
     level, run, bench = case
     flags = ("--acc-npu-layout=tp=2,pp=2", f"--acc-bench-layout=tp={bench[2:]}") if given \
@@ -97,10 +101,12 @@ def test_a_bug_on_stage_1_is_named_on_its_rank(pytester: pytest.Pytester,
     assert said.startswith("First divergence") and BUGS[case] in said, said
 
 
-def test_a_wrong_vocabulary_split_is_named_at_the_embedding(pytester: pytest.Pytester) -> None:
+def test_a_wrong_vocabulary_split_from_statistics_is_named_at_the_embedding(
+        pytester: pytest.Pytester) -> None:
     """Rank 1's range is off by one; after the embedding's all-reduce both ranks of stage 0
-    hold the same wrong value, and the lookup itself is a partial value: the embedding is
-    named, on rank 0 (docs/sharding.md: a limit)."""
+    hold the same wrong value, the lookup itself is a partial value, and statistics of the
+    bench's whole table cannot check rank 1's shard: the embedding is named, on rank 0
+    (docs/sharding.md: a limit; with tensors, L0 above, rank 1 is named)."""
     result, said = _run(pytester, "mix", "tp2pp2_vocab_split", "tp1")
     assert result.ret == 1
     assert ": Module.embed.VocabParallelEmbedding.forward.0 (step 0, rank 0)" in said, said

@@ -176,8 +176,9 @@ def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
         finding=finding.kind if finding is not None else None,
         twin_step=result.twin_step,
         through=odd[0].name if odd else _through(result, finding),
-        received=_received(cmp, result, appears and finding is None,
-                           start=not appears and previous is None),
+        # a parameter of its own that differs is this rank's: made here, whatever it exchanges
+        received=not own_params and _received(cmp, result, appears and finding is None,
+                                              start=not appears and previous is None),
         order=result.npu.order,
         phase=_phase(cmp, result),
     )
