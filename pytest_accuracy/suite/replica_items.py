@@ -27,15 +27,22 @@ def wanted(config: pytest.Config) -> bool:
     return found is not None and found[1] > 1
 
 
+_PARALLEL_KEY = pytest.StashKey[tuple[tuple[int, int, int, str] | None]]()
+
+
 def _from_config(config: pytest.Config) -> tuple[int, int, int, str] | None:
+    """The NPU config's (tp, dp, pp, where), read once a run (collection and the header ask)."""
     from pytest_accuracy.configs.layout import config_parallel
     from pytest_accuracy.errors import AccuracyInputError
 
-    path = setting(config, "npu_config")
-    try:
-        return config_parallel(str(path)) if path else None
-    except (AccuracyInputError, OSError, ValueError):
-        return None  # the config items say what is wrong with it
+    if _PARALLEL_KEY not in config.stash:
+        path = setting(config, "npu_config")
+        try:
+            found = config_parallel(str(path)) if path else None
+        except (AccuracyInputError, OSError, ValueError):
+            found = None  # the config items say what is wrong with it
+        config.stash[_PARALLEL_KEY] = (found,)
+    return config.stash[_PARALLEL_KEY][0]
 
 
 def npu_layout(config: pytest.Config, dumps: DumpSet) -> Layout:

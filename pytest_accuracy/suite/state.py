@@ -205,6 +205,8 @@ def _staged(dumps: DumpSet) -> bool:
         return False
     step = keys[0][0]
     ranks = [r for s, r in keys if s == step]
+    if len(ranks) < 2:  # one rank: one stage (and no walk over its calls)
+        return False
     return operations(dumps.dumps[(step, ranks[0])]) != operations(dumps.dumps[(step, ranks[-1])])
 
 

@@ -6,6 +6,7 @@ found, the loss checks its logs were held to)."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -50,12 +51,7 @@ def suite_record(item: pytest.Item, report: pytest.TestReport) -> dict[str, Any]
     first = _first_divergence(item)
     if first is not None:
         record["first_divergence"] = first
-    chart = _chart(item)
-    if chart is not None:
-        record["chart"] = chart
-        table = _table(item)
-        if table:
-            record["table"] = table
+    record.update(_compare_parts(item))
     loss = _loss(item)
     if loss is not None:
         record["loss"] = loss
@@ -84,50 +80,48 @@ def _compare_report(item: pytest.Item) -> Any:
     return report if report is not None else item.stash.get(MARKER_COMPARE_KEY, None)
 
 
-def _chart(item: pytest.Item) -> dict[str, Any] | None:
-    """What the report's error charts need of each node of the test's compare (name, step,
-    rank, status, error, tolerance), as rows; only when the test used its compare."""
+def _compare_parts(item: pytest.Item) -> dict[str, Any]:
+    """``chart`` and, with --acc-report, ``table`` of the test's compare, from one record per
+    node; only when the test used its compare (one it never looked at is not run for this)."""
     report = _compare_report(item)
     used = report is not None and {"results", "first_divergence"} & set(vars(report))
-    if not used:  # a compare the test never looked at is not run for its record
-        return None
-    results = report.results  # a test that asked only for the first divergence: the rest
-    if not results:
-        return None
-    from pytest_accuracy.report.html_compare import node_error, node_tolerance
+    if not used or not report.results:  # asked only for the first divergence: the rest too
+        return {}
     from pytest_accuracy.report.records import node_record
+    from pytest_accuracy.settings import setting
 
     first = vars(report).get("first_divergence")
+    root = setting(item.config, "report")
+    nodes = [node_record(result, first, rows=bool(root)) for result in report.results]
+    parts: dict[str, Any] = {"chart": _chart(nodes)}
+    table = _table(item, Path(str(root)), nodes, first) if root else None
+    return {**parts, "table": table} if table else parts
+
+
+def _chart(nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the report's error charts need of each node (name, step, rank, status, error,
+    tolerance), as rows."""
+    from pytest_accuracy.report.html_compare import node_error, node_tolerance
+
     rows = []
-    for result in results[:CHART_MOST]:
-        node = node_record(result, first, rows=False)
+    for node in nodes[:CHART_MOST]:
         error = node_error(node)
         rows.append([node["npu_name"], node["step"], node["rank"], node["status"],
                      "inf" if error is not None and math.isinf(error) else error,
                      node_tolerance(node, {})])
-    return {"nodes": rows, "total": len(results)}
+    return {"nodes": rows, "total": len(nodes)}
 
 
-def _table(item: pytest.Item) -> str | None:
-    """With --acc-report: the test's compare as the built-in's ``compare_result.csv``, in
-    ``suites/<test>/`` of the report folder; its path there."""
-    from pytest_accuracy.settings import setting
-
-    root = setting(item.config, "report")
-    if not root:
-        return None
-    from pathlib import Path
-
+def _table(item: pytest.Item, root: Path, nodes: list[dict[str, Any]], first: Any
+           ) -> str | None:
+    """The test's compare as the built-in's ``compare_result.csv``, in ``suites/<test>/`` of
+    the report folder; its path there."""
     from pytest_accuracy.nextstep.names import safe_name
     from pytest_accuracy.report.document import write_compare_csv
-    from pytest_accuracy.report.records import node_record
     from pytest_accuracy.safe_io import ensure_dir
 
-    report = _compare_report(item)
-    first = vars(report).get("first_divergence")
-    nodes = [node_record(result, first) for result in report.results]
     folder = Path("suites") / safe_name(item.nodeid)
-    written = write_compare_csv(nodes, ensure_dir(Path(str(root)) / folder),
+    written = write_compare_csv(nodes, ensure_dir(root / folder),
                                 first.as_dict() if first is not None else None)
     return str(folder / written.name) if written is not None else None
 
