@@ -49,7 +49,15 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_multirank import CopyToTP, ReduceFromTP, free_port, full_weights, global_batch, groups
+from make_multirank import (
+    CopyToTP,
+    ReduceFromTP,
+    free_port,
+    full_weights,
+    global_batch,
+    groups,
+    make_debugger,
+)
 
 D, FF, V, GLOBAL_BATCH, STEPS, LR, EPS = 16, 32, 8, 4, 3, 0.5, 1e-6
 TP, DP = 2, 2
@@ -130,17 +138,6 @@ def average_grads(model: torch.nn.Module, dp_group: Any, skip_divide: str | None
             p.grad /= DP  # Tensor.__itruediv__: not in msprobe's hooked API list
 
 
-def make_debugger(level: str, dump_path: str, rank: int) -> Any:
-    from msprobe.pytorch import PrecisionDebugger
-
-    cfg = dict(LEVELS[level], dump_path=dump_path, rank=[], step=[], async_dump=False)
-    cfg_path = Path(f".cfg_{rank}.json")
-    cfg_path.write_text(json.dumps(cfg))
-    debugger = PrecisionDebugger(config_path=str(cfg_path))
-    cfg_path.unlink()
-    return debugger
-
-
 def worker(rank: int, bug: tuple[int | None, str | None], level: str, dump_path: str,
            port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -155,7 +152,7 @@ def worker(rank: int, bug: tuple[int | None, str | None], level: str, dump_path:
     x, y = global_batch()
     per = GLOBAL_BATCH // DP
     x, y = x[dp_rank * per:(dp_rank + 1) * per], y[dp_rank * per:(dp_rank + 1) * per]
-    debugger = make_debugger(level, dump_path, rank)
+    debugger = make_debugger(LEVELS[level], dump_path, str(rank))
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     losses = []
     for _ in range(STEPS):

@@ -49,7 +49,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_multirank import CopyToTP, free_port
+from make_multirank import CopyToTP, free_port, make_debugger
 
 V, D, FF, B, T, STEPS, LR, EPS = 16, 16, 32, 2, 4, 2, 0.5, 1e-6
 BUG_RANK = 1
@@ -206,12 +206,7 @@ def worker(rank: int, world: int, bug: str | None, level: str, dump_path: str, p
     group = dist.new_group(list(range(tp))) if tp > 1 else None
     model = TinyDecoder(tp, rank % tp, group, bug)
     ids, y = batch()
-    from msprobe.pytorch import PrecisionDebugger
-
-    cfg = dict(LEVELS[level], dump_path=dump_path, rank=[], step=[], async_dump=False)
-    cfg_path = Path(f".cfg_{level}_{rank}.json")
-    cfg_path.write_text(json.dumps(cfg))
-    debugger = PrecisionDebugger(config_path=str(cfg_path))
+    debugger = make_debugger(LEVELS[level], dump_path, f"{level}_{rank}")
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     losses = []
     for _ in range(STEPS):
@@ -223,7 +218,6 @@ def worker(rank: int, world: int, bug: str | None, level: str, dump_path: str, p
         opt.step()
         opt.zero_grad()
         losses.append(loss.item())
-    cfg_path.unlink()
     Path(dump_path, f".loss_{rank}.json").write_text(json.dumps(losses))
     dist.barrier()
     dist.destroy_process_group()

@@ -74,7 +74,7 @@ from make_layouts import (
     batch,
     full_weights,
 )
-from make_multirank import free_port
+from make_multirank import free_port, make_debugger
 
 N_LAYERS, BLOCK1_SEED = 2, 2
 RUNS: dict[str, tuple[int, int, str | None]] = {  # name -> (tp, pp, bug)
@@ -219,12 +219,7 @@ def worker(rank: int, world: int, tp: int, bug: str | None, level: str, dump_pat
     dist.init_process_group("gloo", rank=rank, world_size=world)
     lay = Layout(rank, tp, world // tp, *groups(rank, world, tp))
     model = StageModel(lay, bug if bug is not None and BUG_RANKS[bug] == rank else None)
-    from msprobe.pytorch import PrecisionDebugger
-
-    cfg = dict(LEVELS[level], dump_path=dump_path, rank=[], step=[], async_dump=False)
-    cfg_path = Path(f".cfg_{level}_{rank}.json")
-    cfg_path.write_text(json.dumps(cfg))
-    debugger = PrecisionDebugger(config_path=str(cfg_path))
+    debugger = make_debugger(LEVELS[level], dump_path, f"{level}_{rank}")
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     losses = []
     for _ in range(STEPS):
@@ -236,7 +231,6 @@ def worker(rank: int, world: int, tp: int, bug: str | None, level: str, dump_pat
         opt.zero_grad()
         if loss is not None:
             losses.append(loss.item())
-    cfg_path.unlink()
     if losses:
         Path(dump_path, f".loss_{rank}.json").write_text(json.dumps(losses))
     dist.barrier()

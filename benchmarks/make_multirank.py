@@ -159,6 +159,19 @@ def worker(rank: int, world: int, tp: int, bug: bool, dump_path: str, port: int)
     dist.destroy_process_group()
 
 
+def make_debugger(config: dict[str, Any], dump_path: str, tag: str) -> Any:
+    """msprobe's PrecisionDebugger for one level's ``config`` dumping into ``dump_path``, all
+    steps and ranks (its config file, ``.cfg_<tag>.json``, is read at start and removed)."""
+    from msprobe.pytorch import PrecisionDebugger
+
+    cfg = dict(config, dump_path=dump_path, rank=[], step=[], async_dump=False)
+    cfg_path = Path(f".cfg_{tag}.json")
+    cfg_path.write_text(json.dumps(cfg))
+    debugger = PrecisionDebugger(config_path=str(cfg_path))
+    cfg_path.unlink()
+    return debugger
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
