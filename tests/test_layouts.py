@@ -198,9 +198,9 @@ BUGS = {
     ("tp2_fc1_transposed", "L0", "tp4"): "Module.fc1.ColumnParallelLinear.forward.0",
     ("tp2_fc1_transposed", "mix", "tp4"): "Functional.linear.0.forward",
     ("tp2_no_allreduce", "L1", "tp1"): "Tensor.__add__.1.forward",
-    ("tp2_no_allreduce", "L0", "tp1"): "Module.norm2.RMSNorm.forward.0",
+    ("tp2_no_allreduce", "L0", "tp1"): "Module.fc2.RowParallelLinear.forward.0",
     ("tp2_no_allreduce", "L0", "tp4"): "Module.fc2.RowParallelLinear.forward.0",
-    ("tp2_no_allreduce", "mix", "tp1"): "Module.head.ColumnParallelLinear.forward.0",
+    ("tp2_no_allreduce", "mix", "tp1"): "Module.fc2.RowParallelLinear.forward.0",
     ("tp2_no_allreduce", "mix", "tp4"): "Module.fc2.RowParallelLinear.forward.0",
 }
 
@@ -213,27 +213,48 @@ def test_a_bug_on_one_rank_is_named_on_that_rank(pytester: pytest.Pytester, bug:
     out = pytester.path / "acc.json"
     result = _run(pytester, LAYOUTS / level / bug, LAYOUTS / level / bench, f"--acc-json={out}")
     assert result.ret == 1
+    # the data check reads each shard's lookup as a shard's: never "ids past the table"
+    assert "FAILED accuracy::compare::inputs" not in result.stdout.str()
     first = json.loads(out.read_text())["compare"]["first_divergence"]
     assert (first["npu_name"], first["rank"], first["step"]) == (BUGS[bug, level, bench], 1, 0)
 
 
-@pytest.mark.parametrize(("level", "bench", "rank"), [("L0", "tp1", 1), ("L0", "tp4", 1),
-                                                      ("mix", "tp1", 0)])
+@pytest.mark.parametrize(("level", "bench", "node"), [
+    ("L0", "tp1", "Module.embed.VocabParallelEmbedding.forward.0"),
+    ("L0", "tp4", "Module.embed.VocabParallelEmbedding.forward.0"),
+    ("mix", "tp4", "Functional.embedding.0.forward")])
 def test_a_wrong_vocabulary_split_is_named_at_the_embedding(pytester: pytest.Pytester,
                                                             level: str, bench: str,
-                                                            rank: int) -> None:
+                                                            node: str) -> None:
     """Rank 1's embedding shard takes rows [7, 15): the lookup is a partial value on every
-    rank, so the error shows in the embedding's all-reduced output, alike on both ranks. With
-    tensors (L0) rank 1's own table shard differs from the bench's rows [8, 16): a parameter
-    of its own, made there, so rank 1 is named; from statistics a slice of the bench's whole
-    table has none to check it against, and rank 0 is named (docs/sharding.md)."""
+    rank, so the error shows in the embedding's all-reduced output, alike on both ranks. Rank
+    1's own table shard differs from the bench's rows [8, 16): with tensors (L0) a parameter
+    of its own; from statistics (mix) against TP=4, whose ranks 2 and 3 hold rows [8, 16)
+    whole, the table the lookup reads: made there, so rank 1 is named."""
     out = pytester.path / "acc.json"
     result = _run(pytester, LAYOUTS / level / "tp2_vocab_split", LAYOUTS / level / bench,
                   f"--acc-json={out}")
     assert result.ret == 1
     first = json.loads(out.read_text())["compare"]["first_divergence"]
-    assert (first["npu_name"], first["rank"]) == (
-        "Module.embed.VocabParallelEmbedding.forward.0", rank)
+    assert (first["npu_name"], first["rank"], first.get("joined")) == (node, 1, None)
+
+
+@pytest.mark.parametrize(("bug", "node"), [("tp2_vocab_split", "Functional.embedding.0.forward"),
+                                           ("tp2_fc1_transposed", "Functional.linear.0.forward")])
+def test_statistics_against_a_tp1_bench_join_the_shards(pytester: pytest.Pytester, bug: str,
+                                                        node: str) -> None:
+    """From statistics, a TP=1 bench has none of a shard's own: the two ranks' shards are
+    joined (Max and Min of both, Mean by counts, Norm as the root of the sum of squares) and
+    meet the bench's whole. The bug's node is named on both ranks, said to be joined; the
+    clean run passes the same joined checks (test_clean_runs_of_other_tp_sizes_pass)."""
+    out = pytester.path / "acc.json"
+    result = _run(pytester, LAYOUTS / "mix" / bug, LAYOUTS / "mix" / "tp1", f"--acc-json={out}")
+    assert result.ret == 1
+    first = json.loads(out.read_text())["compare"]["first_divergence"]
+    assert (first["npu_name"], first["rank"], first["joined"]) == (node, 0, [0, 1])
+    result.stdout.fnmatch_lines(["First divergence*(step 0, ranks 0, 1 joined: their shards' "
+                                 "statistics together against the bench's whole; which shard "
+                                 "differs needs their tensors)*"])
 
 
 def test_the_same_verdict_given_or_inferred(pytester: pytest.Pytester) -> None:

@@ -61,8 +61,8 @@ def _run(pytester: pytest.Pytester, level: str, npu: str, bench: str, *flags: st
 
 
 @pytest.mark.parametrize("flags", [(), GIVEN], ids=["inferred", "given"])
-@pytest.mark.parametrize(("level", "bench"), [("L1", "tp1"), ("L0", "tp1"), ("mix", "tp1"),
-                                              ("mix", "tp4")])
+@pytest.mark.parametrize(("level", "bench"), [("L1", "tp1"), ("L0", "tp1"), ("L0", "tp4"),
+                                              ("mix", "tp1"), ("mix", "tp4")])
 def test_clean_two_stage_runs_pass(pytester: pytest.Pytester, level: str, bench: str,
                                    flags: tuple[str, ...]) -> None:
     if flags and bench == "tp4":
@@ -74,18 +74,38 @@ def test_clean_two_stage_runs_pass(pytester: pytest.Pytester, level: str, bench:
         assert INFERRED.replace("tp=1,dp=1", f"tp={bench[2:]},dp=1") in result.stdout.str()
 
 
-# (level, run, bench) -> the node named on rank 3, where the bug is made (stage 1, TP rank 1)
+# (level, run, bench) -> where the first divergence is named: each bug at each level against
+# both benches (L1 against TP=1 only: its TP=4 dump is not shipped). fc1 transposed and the
+# skipped all-reduce are made on rank 3 (stage 1, TP rank 1), the vocabulary split on rank 1
+# (stage 0, TP rank 1); the node is the one the bug is in, or at L1 the first call after the
+# all-reduce that is missing (a call that is not made cannot be named).
+FC1 = "Functional.linear.0.forward"
+FC1_L0 = "Module.layers.0.fc1.ColumnParallelLinear.forward.0"
+FC2 = "Module.layers.0.fc2.RowParallelLinear.forward.0"
+EMBED = "Module.embed.VocabParallelEmbedding.forward.0"
+LOOKUP = "between Tensor.masked_fill.0.forward and Functional.embedding.0.forward"
 BUGS = {
-    ("L1", "tp2pp2_fc1_transposed", "tp1"): "between Tensor.__mul__.1.forward and "
-                                            "Functional.linear.0.forward (step 0, rank 3)",
-    ("mix", "tp2pp2_fc1_transposed", "tp4"): ": Functional.linear.0.forward (step 0, rank 3)",
-    ("L0", "tp2pp2_no_allreduce", "tp1"): ": Module.layers.0.Block.forward.0 (step 0, rank 3)",
-    ("mix", "tp2pp2_no_allreduce", "tp1"): ": Module.layers.0.Block.forward.0 (step 0, rank 3)",
-    ("mix", "tp2pp2_no_allreduce", "tp4"): ": Module.layers.0.fc2.RowParallelLinear.forward.0 "
-                                           "(step 0, rank 3)",
-    # rank 1 (stage 0): its own table shard is not the bench's rows [8, 16)
-    ("L0", "tp2pp2_vocab_split", "tp1"): ": Module.embed.VocabParallelEmbedding.forward.0 "
-                                         "(step 0, rank 1)",
+    ("L1", "tp2pp2_fc1_transposed", "tp1"): f"between Tensor.__mul__.1.forward and {FC1} "
+                                            "(step 0, rank 3)",
+    ("L1", "tp2pp2_no_allreduce", "tp1"): ": Tensor.__add__.1.forward (step 0, rank 3)",
+    # the table shard rank 1 reads is not the bench's rows [8, 16): a leaf the dump did not
+    # make, read by a lookup whose output is a partial value
+    ("L1", "tp2pp2_vocab_split", "tp1"): f"{LOOKUP} (step 0, rank 1)",
+    ("L0", "tp2pp2_fc1_transposed", "tp1"): f": {FC1_L0} (step 0, rank 3)",
+    ("L0", "tp2pp2_fc1_transposed", "tp4"): f": {FC1_L0} (step 0, rank 3)",
+    ("L0", "tp2pp2_no_allreduce", "tp1"): f": {FC2} (step 0, rank 3)",
+    ("L0", "tp2pp2_no_allreduce", "tp4"): f": {FC2} (step 0, rank 3)",
+    ("L0", "tp2pp2_vocab_split", "tp1"): f": {EMBED} (step 0, rank 1)",
+    ("L0", "tp2pp2_vocab_split", "tp4"): f": {EMBED} (step 0, rank 1)",
+    # statistics against a coarser bench: stage 1's two shards joined meet the TP=1 bench's
+    # whole; the message says so, and which shard differs needs tensors (the L1 row above)
+    ("mix", "tp2pp2_fc1_transposed", "tp1"): f": {FC1} (step 0, ranks 2, 3 joined: their "
+                                             "shards' statistics together",
+    ("mix", "tp2pp2_fc1_transposed", "tp4"): f": {FC1} (step 0, rank 3)",
+    ("mix", "tp2pp2_no_allreduce", "tp1"): f": {FC2} (step 0, rank 3)",
+    ("mix", "tp2pp2_no_allreduce", "tp4"): f": {FC2} (step 0, rank 3)",
+    ("mix", "tp2pp2_vocab_split", "tp1"): f"{LOOKUP} (step 0, ranks 0, 1 joined",
+    ("mix", "tp2pp2_vocab_split", "tp4"): f"{LOOKUP} (step 0, rank 1)",
 }
 
 
@@ -99,17 +119,29 @@ def test_a_bug_on_one_rank_is_named_on_it(pytester: pytest.Pytester,
     result, said = _run(pytester, level, run, bench, *flags)
     assert result.ret == 1
     assert said.startswith("First divergence") and BUGS[case] in said, said
+    # the data check reads each shard's lookup as a shard's: never "ids past the table"
+    assert "FAILED accuracy::compare::inputs" not in result.stdout.str()
 
 
-def test_a_wrong_vocabulary_split_from_statistics_is_named_at_the_embedding(
-        pytester: pytest.Pytester) -> None:
-    """Rank 1's range is off by one; after the embedding's all-reduce both ranks of stage 0
-    hold the same wrong value, the lookup itself is a partial value, and statistics of the
-    bench's whole table cannot check rank 1's shard: the embedding is named, on rank 0
-    (docs/sharding.md: a limit; with tensors, L0 above, rank 1 is named)."""
-    result, said = _run(pytester, "mix", "tp2pp2_vocab_split", "tp1")
+def test_joined_shards_are_said_and_their_ranks_dumped_next(pytester: pytest.Pytester) -> None:
+    """Against a TP=1 bench of statistics, stage 1's fc1 shards are joined (Max and Min of
+    both, Mean by counts, Norm as the root of the sum of squares) and meet the bench's whole:
+    the difference shows on both ranks; the first divergence names both, acc.json lists them,
+    and the next step dumps every rank rather than the one the tie put first."""
+    import json
+
+    out, report = pytester.path / "acc.json", pytester.path / "r"
+    result, said = _run(pytester, "mix", "tp2pp2_fc1_transposed", "tp1", f"--acc-json={out}",
+                        f"--acc-report={report}")
     assert result.ret == 1
-    assert ": Module.embed.VocabParallelEmbedding.forward.0 (step 0, rank 0)" in said, said
+    assert "which shard differs needs their tensors" in said, said
+    first = json.loads(out.read_text())["compare"]["first_divergence"]
+    assert (first["npu_name"], first["joined"]) == (FC1, [2, 3])
+    configs = sorted((report / "next_step").glob(f"*_{FC1}-*/config_pytorch.json"))
+    assert len(configs) == 2, sorted(p.name for p in (report / "next_step").iterdir())
+    for config in configs:  # rank 2's item and rank 3's: tensors of fc1 on every rank
+        written = json.loads(config.read_text())
+        assert (written["rank"], written["level"], written["task"]) == ([], "L1", "tensor")
 
 
 def test_under_workers_the_summary_and_the_document_say_the_inferred_layouts(

@@ -46,9 +46,13 @@ class FirstDivergence:
     # of P runs its forward at s and its backward at 2P-1-s (one micro-batch: F0..F(P-1), then
     # B(P-1)..B0)
     phase: int = 0
+    # the NPU ranks whose shards were joined to meet a coarser bench's statistics (the error
+    # shows on each; which one makes it, their tensors tell)
+    joined: tuple[int, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {**({"phase": self.phase} if self.phase else {}),
+            **({"joined": list(self.joined)} if self.joined else {}),
             "npu_name": self.npu_name,
             "bench_name": self.bench_name,
             "step": self.step,
@@ -73,6 +77,11 @@ class FirstDivergence:
 def divergence_sentence(first: dict[str, Any]) -> str:
     """The summary's sentence for a first divergence (also rebuilt from JSON records)."""
     where = f"step {first['step']}, rank {first['rank']}"
+    joined = first.get("joined")
+    if joined:
+        where = (f"step {first['step']}, ranks {', '.join(map(str, joined))} joined: their "
+                 "shards' statistics together against the bench's whole; which shard "
+                 "differs needs their tensors")
     if first.get("kind") == "between":
         after = first.get("previous") or f"the start of step {first['step']}"
         through = first.get("through")
@@ -124,14 +133,17 @@ def find_first_divergence(cmp: Comparison, upto: int | None = None) -> FirstDive
     return found
 
 
-def causal_key(first: dict[str, Any]) -> tuple[int, bool, int, int, int]:
+def causal_key(first: dict[str, Any]) -> tuple[int, bool, bool, int, int, int]:
     """The order first divergences are ranked in: step; then a node that made the error
-    before a collective that received it from another rank; then when its pipeline stage runs
+    before a collective that received it from another rank; then evidence of one rank's
+    before shards joined over ranks (the join fails on each of them, whichever made it);
+    then when its pipeline stage runs
     it (an earlier stage's forward feeds the later's, a later stage's backward the earlier's);
     then its place in its rank's
     calls (ranks run the same code side by side: an error on rank 3 before rank 0's
     reaches rank 0 later, through a collective); then rank."""
-    return (int(first["step"]), bool(first.get("received")), int(first.get("phase", 0)),
+    return (int(first["step"]), bool(first.get("received")), bool(first.get("joined")),
+            int(first.get("phase", 0)),
             int(first.get("order", 0)), int(first["rank"]))
 
 
@@ -181,7 +193,20 @@ def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
                                               start=not appears and previous is None),
         order=result.npu.order,
         phase=_phase(cmp, result),
+        joined=_joined_ranks(cmp, result, [t.path for t in own_params] or (
+            [t.path for t in result.failing_outputs] if appears
+            else [t.path for t in result.inputs if not t.ok])),
     )
+
+
+def _joined_ranks(cmp: Comparison, result: NodeResult, evidence: list[str]
+                  ) -> tuple[int, ...]:
+    """The NPU ranks whose shards were joined to meet a coarser bench, where every tensor
+    that shows the error here is such a join (``pairing/shards.py``), else ()."""
+    dump = cmp.entries[result.index][0]
+    bench = cmp.bench.dumps.get((dump.step, dump.rank))
+    found = bench.joined.get(result.npu.name) if bench is not None else None
+    return found[0] if found and evidence and all(p in found[1] for p in evidence) else ()
 
 
 def _received(cmp: Comparison, result: NodeResult, appears: bool, start: bool) -> bool:

@@ -352,6 +352,8 @@ class Comparison:
         if result.status == "skip" and not result.outputs:
             why = self.bench.dumps[(dump.step, dump.rank)].left_out.get(bench.name)
             result.reason = why or result.reason
+            if why:
+                self._shard_inputs(result, call, bench, dtype, criteria)
         if result.status not in ("pass", "fail"):
             return result
         region = self.region_of(index)
@@ -375,6 +377,20 @@ class Comparison:
             return result
         diagnose(result, self._context)
         return result
+
+    def _shard_inputs(self, result: NodeResult, call: Call, bench: Call, dtype: str,
+                      criteria: CompareCriteria) -> None:
+        """A call whose output is a partial value left out (another layout's) still reads
+        its own shards (a vocabulary-parallel lookup's table): one that is not the bench's
+        slice fails the node, with that input as its difference."""
+        from pytest_accuracy.pairing.shards import ShardRecord
+
+        theirs = {r.path: r for r in bench.input_tensors}
+        shards = [r for r in call.input_tensors
+                  if isinstance(r, ShardRecord) or isinstance(theirs.get(r.path), ShardRecord)]
+        judged = compare_all(shards, bench, dtype, criteria) if shards else []
+        if any(not t.ok for t in judged):
+            result.outputs, result.status, result.reason = judged, "fail", ""
 
     def _outputs(self, index: int, call: Call, bench: Call, dtype: str,
                   criteria: CompareCriteria) -> list[TensorComparison]:

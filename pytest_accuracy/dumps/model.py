@@ -353,6 +353,10 @@ class Dump:
     # the NPU rank's pipeline stage, on a view of a bench with fewer stages (pairing/shards.py)
     stage: int = 0
     stages: int = 1
+    # on a view of a coarser bench dumped as statistics: the NPU records joined over their TP
+    # group (call name -> the ranks joined, and the records by path; pairing/shards.py)
+    joined: dict[str, tuple[tuple[int, ...], dict[str, TensorRecord]]] = field(
+        default_factory=dict)
     _by_name: dict[str, Call] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

@@ -17,69 +17,35 @@ replaced by what r holds of it:
 
 Tensor dumps give every slice. From statistics, a slice that is a union of whole bench shards
 combines theirs (Max, Min; Mean by element counts; Norm as the root of the sum of squares);
-any other slice takes them from the bench's tensors where it dumped them, else has none
-(unchecked, said so).
+any other slice takes them from the bench's tensors where it dumped them; else, against a
+coarser bench (NPU TP=2 against TP=1), the NPU ranks that share a bench shard are joined the
+same way and compared with it whole (``with_joined``: a difference shows on each of them, and
+which rank's shard makes it needs tensors); else it has none (unchecked, said so).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-import numpy as np
-
-from pytest_accuracy.compare.fold import as_float64
 from pytest_accuracy.dumps.model import (
     Arg,
     Call,
     Dump,
     DumpSet,
-    RecordSource,
     TensorRecord,
     is_collective,
-    is_float_dtype,
 )
-from pytest_accuracy.dumps.stats import Stats
 from pytest_accuracy.pairing.layouts import Layout, bench_ranks, layouts_problem, stage_place
+from pytest_accuracy.pairing.shard_records import (
+    ShardRecord,
+    joined_stats,
+    near,
+    same_values,
+    shard_axis,
+    shard_of,
+)
 from pytest_accuracy.pairing.stages import stage_view
-
-
-class ShardRecord(TensorRecord):
-    """A record made of bench records: the slice ``span`` along ``axis`` of their
-    concatenation."""
-
-    __slots__ = ("_axis", "_parts", "_span", "_stats")
-
-    def __init__(self, template: TensorRecord, shape: tuple[int, ...],
-                 parts: Sequence[TensorRecord], axis: int, span: tuple[int, int],
-                 stats: Stats) -> None:
-        super().__init__(template.path, template.role, template.dtype, template.raw_dtype,
-                         shape, RecordSource(stats, None, template.dump_json, template.confine),
-                         requires_grad=template.requires_grad)
-        self._parts, self._axis, self._span = tuple(parts), axis, span
-        self._stats: Stats | None = stats if stats.norm is not None else None
-
-    @property
-    def stats(self) -> Stats:
-        """Combined from the parts' statistics where the slice is whole shards, else computed
-        from their tensors (once) where they have them, else not recorded."""
-        if self._stats is None:
-            self._stats = _measured(self.load()) if self.has_data else Stats()
-        return self._stats
-
-    @property
-    def stats_row(self) -> None:
-        return None
-
-    @property
-    def has_data(self) -> bool:
-        return all(p.has_data for p in self._parts)
-
-    def load(self) -> np.ndarray:
-        arrays = [as_float64(p.load()) for p in self._parts]
-        joined = np.concatenate(arrays, axis=self._axis)
-        return np.take(joined, range(*self._span), axis=self._axis)
 
 
 def relayout(npu: DumpSet, npu_layout: Layout, bench: DumpSet, bench_layout: Layout
@@ -108,8 +74,8 @@ def relayout(npu: DumpSet, npu_layout: Layout, bench: DumpSet, bench_layout: Lay
                 continue
             group = [d for d in staged if d is not None]
         tp_rank, dp_rank, pp_rank = npu_layout.coords(rank)
-        peers = [d for j in range(npu_layout.tp)
-                 if (d := npu.dumps.get((step, npu_layout.rank(j, dp_rank, pp_rank))))]
+        peers = {j: d for j in range(npu_layout.tp)
+                 if (d := npu.dumps.get((step, npu_layout.rank(j, dp_rank, pp_rank))))}
         views[(step, rank)] = _View(mine, peers, group, npu_layout.tp, bench_layout.tp, tp_rank)
     made = {key: view.dump() for key, view in views.items()}
     # a value is partial on every rank of its TP group or on none: one rank alone reading a
@@ -117,17 +83,47 @@ def relayout(npu: DumpSet, npu_layout: Layout, bench: DumpSet, bench_layout: Lay
     # compared, and fails there
     for (step, rank), view in views.items():
         _, dp_rank, pp_rank = npu_layout.coords(rank)
-        peers = [made[k] for j in range(npu_layout.tp)
+        group = [made[k] for j in range(npu_layout.tp)
                  if (k := (step, npu_layout.rank(j, dp_rank, pp_rank))) in made]
-        agreed = set.intersection(*(set(d.left_out) for d in peers))
+        agreed = set.intersection(*(set(d.left_out) for d in group))
         if agreed != set(made[(step, rank)].left_out):
             view.agreed = agreed
-            view.partial, view.left_out, view.exchanges = set(), {}, set()
+            view.partial, view.left_out = set(), {}  # its exchanges stay what they were
             made[(step, rank)] = view.dump()
     if npu_layout.pp != bench_layout.pp:
         for (_, rank), dump in made.items():
             dump.stage, dump.stages = npu_layout.coords(rank)[2], npu_layout.pp
     return DumpSet(bench.root, made, unmade)
+
+
+def with_joined(npu: DumpSet, view: DumpSet) -> DumpSet:
+    """The NPU run with the records ``view`` joined over their TP groups in place of each
+    rank's own shard (``relayout``), so that both sides hold the bench shard's whole."""
+    if not any(d.joined for d in view.dumps.values()):
+        return npu
+    made: dict[tuple[int, int], Dump] = {}
+    for key, dump in npu.dumps.items():
+        other = view.dumps.get(key)
+        if other is None or not other.joined:
+            made[key] = dump
+            continue
+        calls = []
+        for call in dump.calls:
+            records = other.joined.get(call.name, ((), {}))[1]
+            calls.append(_swapped(call, records) if records else call)
+        made[key] = replace(dump, calls=calls)
+    return DumpSet(npu.root, made, npu.unmade)
+
+
+def _swapped(call: Call, records: dict[str, TensorRecord]) -> Call:
+    def swap(args: Sequence[Arg]) -> list[Arg]:
+        return [records.get(a.path, a) if isinstance(a, TensorRecord) else a for a in args]
+
+    made = replace(call, inputs=swap(call.inputs), outputs=swap(call.outputs),
+                   parameters=[r for r in swap(call.parameters) if isinstance(r, TensorRecord)],
+                   fixed_inputs=None, fixed_outputs=None, fixed_signature=None)
+    made.fix_tensors()
+    return made
 
 
 class _View:
@@ -141,14 +137,16 @@ class _View:
     module that all-reduces inside). Partial values are not compared: the value is, after the
     collective."""
 
-    def __init__(self, mine: Dump, peers: list[Dump], group: list[Dump], tn: int, tb: int,
-                 tp_rank: int, agreed: set[str] | None = None) -> None:
-        self.mine, self.peers, self.group = mine, peers, group
+    def __init__(self, mine: Dump, peers: dict[int, Dump], group: list[Dump], tn: int,
+                 tb: int, tp_rank: int, agreed: set[str] | None = None) -> None:
+        self.mine, self.by_tp, self.group = mine, peers, group
+        self.peers = list(peers.values())
         self.agreed = agreed  # the calls partial on every rank of the TP group
         self.tn, self.tb, self.tp_rank = tn, tb, tp_rank
         self.partial: set[Key] = set()  # the NPU rank's partial values
         self.left_out: dict[str, str] = {}
         self.exchanges: set[str] = set()
+        self.joined: dict[str, tuple[tuple[int, ...], dict[str, TensorRecord]]] = {}
 
     def dump(self) -> Dump:
         calls: list[Call] = []
@@ -162,7 +160,8 @@ class _View:
                  + ", ".join(str(d.rank) for d in self.group)]
         first = self.group[0]
         return Dump(first.path, first.framework, first.level, first.mode, self.mine.step,
-                    self.mine.rank, calls, notes, self.left_out, self.exchanges)
+                    self.mine.rank, calls, notes, self.left_out, self.exchanges,
+                    joined=self.joined)
 
     def _call(self, parts: list[Call], ours: Call) -> Call:
         mine = {r.path: r for r in _records(ours)}
@@ -184,17 +183,26 @@ class _View:
                     continue
                 found = [s for s in shards if s is not None]
                 npu = mine.get(arg.path)
+                if arg.role == "input" and npu is not None and _key(npu) in self.partial:
+                    continue  # a partial value read: it differs by design, like its maker
                 if why and arg.role == "output" and (npu is None or npu.shape == found[0].shape
                                                      or why.startswith("it gathers")):
                     if (npu is not None and not why.startswith("it gathers")
                             and self._alike(parts, ours, arg)):
-                        self.exchanges.add(base.name)  # complete, though it read a shard
+                        # it completes the value inside, alike on its NPU peers: an error
+                        # there may come from another rank (one that differs made its own)
+                        if why == "it reads a shard" and self._peers_alike(ours, arg):
+                            self.exchanges.add(base.name)
                     else:
                         dropped = True
                         if npu is not None:
                             self.partial.add(_key(npu))
                         continue
-                out.append(_record(found, npu, self.tn, self.tb, self.tp_rank))
+                record = shard_of(found, npu, self.tn, self.tb, self.tp_rank)
+                if npu is not None and isinstance(record, ShardRecord) and not (
+                        record.has_data or record.stats.norm is not None):
+                    record = self._join(base.name, npu, found[0]) or record
+                out.append(record)
             return out
 
         inputs = view(base.inputs)
@@ -216,6 +224,30 @@ class _View:
                 f"TP={self.tb} does not make: the value is compared after the collective that "
                 "completes it")
         return made
+
+    def _join(self, name: str, npu: TensorRecord, bench: TensorRecord) -> TensorRecord | None:
+        """Against a coarser bench dumped as statistics: the bench shard whole, where the NPU
+        ranks sharing it recorded every statistic of theirs (their join takes the NPU
+        record's place, ``with_joined``), else None."""
+        if self.tn <= self.tb or self.tn % self.tb:
+            return None
+        per = self.tn // self.tb
+        first = self.tp_rank // per * per
+        records: list[TensorRecord] = []
+        for j in range(first, first + per):
+            call = self.by_tp[j].get(name) if j in self.by_tp else None
+            found = {r.path: r for r in _records(call)}.get(npu.path) if call else None
+            if found is None or found.shape != npu.shape:
+                return None
+            records.append(found)
+        axis = shard_axis(npu.shape, bench.shape, self.tn, self.tb)
+        stats = joined_stats(records)
+        if axis is None or stats.norm is None:
+            return None
+        ranks = tuple(self.by_tp[j].rank for j in range(first, first + per))
+        whole = ShardRecord(npu, bench.shape, records, axis, (0, bench.shape[axis]), stats)
+        self.joined.setdefault(name, (ranks, {}))[1][npu.path] = whole
+        return bench
 
     def _partial_reason(self, parts: list[Call], ours: Call,
                         mine: dict[str, TensorRecord]) -> str:
@@ -242,6 +274,12 @@ class _View:
             return "its arguments depend on the TP rank"
         return ""
 
+    def _peers_alike(self, ours: Call, arg: TensorRecord) -> bool:
+        calls = [c for d in self.peers if (c := d.get(ours.name)) is not None]
+        found = [{r.path: r for r in _records(c)}.get(arg.path) for c in calls]
+        records = [r for r in found if r is not None]
+        return len(records) < 2 or (len(records) == len(found) and same_values(records))
+
     def _alike(self, parts: list[Call], ours: Call, arg: TensorRecord) -> bool:
         """Whether the value is the same on every rank that holds it: on the bench ranks
         (two or more), else on the NPU rank's TP peers."""
@@ -253,20 +291,12 @@ class _View:
                 return False
         found = [{r.path: r for r in _records(c)}.get(arg.path) for c in calls]
         records = [r for r in found if r is not None]
-        return len(records) == len(found) and _same_values(records)
-
-
-def _same_values(records: list[TensorRecord]) -> bool:
-    """Whether the records hold one value: by their data or checksums where they have them;
-    by their statistics only for floats (a bool mask's Max and Min say little)."""
-    first = records[0]
-    if any(r.shape != first.shape or r.dtype != first.dtype for r in records):
-        return False
-    if all(r.has_data for r in records):
-        return all(np.array_equal(r.load(), first.load()) for r in records[1:])
-    if all(r.md5 is not None for r in records):
-        return len({r.md5 for r in records}) == 1
-    return is_float_dtype(first.dtype) and len({tuple(r.stats) for r in records}) == 1
+        if len(records) == len(found) and same_values(records):
+            return True
+        # the peers differ: one of them skipped the exchange (a bug), the others made the
+        # complete value, which is the bench's; partial sums near it would be a coincidence
+        mine = {r.path: r for r in _records(ours)}.get(arg.path)
+        return len(parts) == 1 and mine is not None and near(mine, arg)
 
 
 Key = tuple[str, tuple[int, ...], tuple[float | None, ...]]
@@ -285,51 +315,3 @@ def _scalars(call: Call, ints: bool = False) -> tuple[tuple[str, str], ...]:
 
 def _records(call: Call) -> list[TensorRecord]:
     return call.input_tensors + call.parameters + call.output_tensors
-
-
-def _record(shards: list[TensorRecord], npu: TensorRecord | None, tn: int, tb: int,
-            tp_rank: int) -> TensorRecord:
-    """What NPU TP rank ``tp_rank`` holds of the bench's ``shards`` (see the module doc)."""
-    first = shards[0]
-    if npu is None or tn == tb or npu.shape == first.shape or any(
-            s.shape != first.shape for s in shards):
-        return first
-    axis = _shard_axis(npu.shape, first.shape, tn, tb)
-    if axis is None:
-        return first  # another shape: the compare reports it
-    width = npu.shape[axis]
-    offset = tp_rank * width - (tp_rank * tb // tn) * first.shape[axis]
-    whole = offset == 0 and width == len(shards) * first.shape[axis]
-    stats = _joined(shards) if whole else Stats()
-    return ShardRecord(first, npu.shape, shards, axis, (offset, offset + width), stats)
-
-
-def _shard_axis(npu: tuple[int, ...], bench: tuple[int, ...], tn: int, tb: int) -> int | None:
-    """The one dimension along which the two shapes are shards of one full shape."""
-    if len(npu) != len(bench):
-        return None
-    differ = [k for k, (a, b) in enumerate(zip(npu, bench, strict=True)) if a != b]
-    if len(differ) != 1 or npu[differ[0]] * tn != bench[differ[0]] * tb:
-        return None
-    return differ[0]
-
-
-def _measured(values: np.ndarray) -> Stats:
-    """A tensor's Max, Min, Mean and Norm as msprobe records them (of the finite values)."""
-    finite = values[np.isfinite(values)]
-    if finite.size == 0:
-        return Stats()
-    return Stats(max=float(finite.max()), min=float(finite.min()), mean=float(finite.mean()),
-                 norm=float(np.sqrt(np.square(finite).sum())))
-
-
-def _joined(shards: list[TensorRecord]) -> Stats:
-    """The statistics of the concatenation of ``shards``, where all of them are recorded."""
-    rows = [(s.stats.max, s.stats.min, s.stats.mean, s.stats.norm, s.numel) for s in shards]
-    if any(v is None for row in rows for v in row):
-        return Stats()
-    values = np.array(rows, dtype=np.float64)
-    total = float(values[:, 4].sum())
-    return Stats(max=float(values[:, 0].max()), min=float(values[:, 1].min()),
-                 mean=float((values[:, 2] * values[:, 4]).sum() / total),
-                 norm=math.sqrt(float((values[:, 3] ** 2).sum())))

@@ -31,7 +31,10 @@ def compare_next_step(item: pytest.Item, cmp: Comparison, result: NodeResult) ->
     except ValueError:  # a framework msprobe writes no config for (a native dump's)
         return []
     case: Literal["module", "api"] = "module" if result.npu.kind == "module" else "api"
-    return _said(item, Situation(case, item.nodeid, dump.step, npu, bench, rank=dump.rank,
+    # shards joined to meet a coarser bench: every rank's tensors tell which one differs
+    joined = bench_dump is not None and result.npu.name in bench_dump.joined
+    return _said(item, Situation(case, item.nodeid, dump.step, npu, bench,
+                                 rank=None if joined else dump.rank,
                                  ranks_in_run=ranks_of(cmp.npu)))
 
 

@@ -91,7 +91,7 @@ class SuiteState:
         """The NPU dump, the bench as the NPU's ranks see it (their layouts may differ) and
         the bench's noise run, checked: ``rank`` alone, or every rank selected."""
         from pytest_accuracy.compare.bench_noise import BenchNoise
-        from pytest_accuracy.pairing.shards import relayout
+        from pytest_accuracy.pairing.shards import relayout, with_joined
 
         assert self.npu is not None and self.bench is not None
         npu = self._load(self.npu, {rank} if rank is not None else None)
@@ -116,7 +116,7 @@ class SuiteState:
         view = relayout(npu, mine, bench, theirs)
         if noise is not None:
             noise = BenchNoise(view, relayout(npu, mine, noise.noise, theirs))
-        return npu, view, noise
+        return with_joined(npu, view), view, noise
 
     @property
     def layouts(self) -> tuple[Layout, Layout] | None:

@@ -519,9 +519,11 @@ def _sort_failures(config: pytest.Config) -> None:
 def _public_first(first: dict[str, Any] | None) -> dict[str, Any] | None:
     if first is None:
         return None
-    return {k: first.get(k) for k in ("npu_name", "bench_name", "step", "rank", "tensor",
-                                      "reason", "kind", "previous", "likely_cause", "stack",
-                                      "finding", "twin_step", "through", "received", "order")}
+    public = {k: first.get(k) for k in ("npu_name", "bench_name", "step", "rank", "tensor",
+                                        "reason", "kind", "previous", "likely_cause", "stack",
+                                        "finding", "twin_step", "through", "received", "order")}
+    # where the order needs them: a pipeline stage's phase, shards joined over ranks
+    return {**public, **{k: first[k] for k in ("phase", "joined") if first.get(k)}}
 
 
 def _inputs(config: pytest.Config) -> dict[str, Any]:

@@ -1,0 +1,127 @@
+"""What one NPU rank holds of a bench sharded otherwise: slices of its tensors, and their
+statistics where only statistics were dumped (``pairing/shards.py`` builds the views)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from pytest_accuracy.compare.fold import as_float64
+from pytest_accuracy.dumps.model import RecordSource, TensorRecord, is_float_dtype
+from pytest_accuracy.dumps.stats import Stats
+
+
+class ShardRecord(TensorRecord):
+    """A record made of bench records: the slice ``span`` along ``axis`` of their
+    concatenation."""
+
+    __slots__ = ("_axis", "_parts", "_span", "_stats")
+
+    def __init__(self, template: TensorRecord, shape: tuple[int, ...],
+                 parts: Sequence[TensorRecord], axis: int, span: tuple[int, int],
+                 stats: Stats) -> None:
+        super().__init__(template.path, template.role, template.dtype, template.raw_dtype,
+                         shape, RecordSource(stats, None, template.dump_json, template.confine),
+                         requires_grad=template.requires_grad)
+        self._parts, self._axis, self._span = tuple(parts), axis, span
+        self._stats: Stats | None = stats if stats.norm is not None else None
+
+    @property
+    def stats(self) -> Stats:
+        """Combined from the parts' statistics where the slice is whole shards, else computed
+        from their tensors (once) where they have them, else not recorded."""
+        if self._stats is None:
+            self._stats = _measured(self.load()) if self.has_data else Stats()
+        return self._stats
+
+    @property
+    def stats_row(self) -> None:
+        return None
+
+    @property
+    def has_data(self) -> bool:
+        return all(p.has_data for p in self._parts)
+
+    def load(self) -> np.ndarray:
+        arrays = [as_float64(p.load()) for p in self._parts]
+        joined = np.concatenate(arrays, axis=self._axis)
+        return np.take(joined, range(*self._span), axis=self._axis)
+
+
+def same_values(records: list[TensorRecord]) -> bool:
+    """Whether the records hold one value: by their data or checksums where they have them;
+    by their statistics only for floats (a bool mask's Max and Min say little)."""
+    first = records[0]
+    if any(r.shape != first.shape or r.dtype != first.dtype for r in records):
+        return False
+    if all(r.has_data for r in records):
+        return all(np.array_equal(r.load(), first.load()) for r in records[1:])
+    if all(r.md5 is not None for r in records):
+        return len({r.md5 for r in records}) == 1
+    return is_float_dtype(first.dtype) and len({tuple(r.stats) for r in records}) == 1
+
+
+def near(npu: TensorRecord, bench: TensorRecord) -> bool:
+    """Whether an NPU value is the bench's within 1e-3 of its size (data, else Norm and
+    Mean): which of two differing TP peers holds the complete value, not a verdict."""
+    if npu.shape != bench.shape or not is_float_dtype(npu.dtype):
+        return False
+    if npu.has_data and bench.has_data:
+        a, b = as_float64(npu.load()), as_float64(bench.load())
+        scale = float(np.abs(b).max(initial=0.0))
+        return bool(np.abs(a - b).max(initial=0.0) <= 1e-3 * scale)
+    x, y = npu.stats, bench.stats
+    if x.norm is None or y.norm is None or x.mean is None or y.mean is None:
+        return False
+    return abs(x.norm - y.norm) <= 1e-3 * abs(y.norm) and abs(x.mean - y.mean) <= 1e-3 * (
+        abs(y.norm) / math.sqrt(max(1, math.prod(bench.shape))))
+
+
+def shard_of(shards: list[TensorRecord], npu: TensorRecord | None, tn: int, tb: int,
+            tp_rank: int) -> TensorRecord:
+    """What NPU TP rank ``tp_rank`` holds of the bench's ``shards`` (see the module doc)."""
+    first = shards[0]
+    if npu is None or tn == tb or npu.shape == first.shape or any(
+            s.shape != first.shape for s in shards):
+        return first
+    axis = shard_axis(npu.shape, first.shape, tn, tb)
+    if axis is None:
+        return first  # another shape: the compare reports it
+    width = npu.shape[axis]
+    offset = tp_rank * width - (tp_rank * tb // tn) * first.shape[axis]
+    whole = offset == 0 and width == len(shards) * first.shape[axis]
+    stats = joined_stats(shards) if whole else Stats()
+    return ShardRecord(first, npu.shape, shards, axis, (offset, offset + width), stats)
+
+
+def shard_axis(npu: tuple[int, ...], bench: tuple[int, ...], tn: int, tb: int) -> int | None:
+    """The one dimension along which the two shapes are shards of one full shape."""
+    if len(npu) != len(bench):
+        return None
+    differ = [k for k, (a, b) in enumerate(zip(npu, bench, strict=True)) if a != b]
+    if len(differ) != 1 or npu[differ[0]] * tn != bench[differ[0]] * tb:
+        return None
+    return differ[0]
+
+
+def _measured(values: np.ndarray) -> Stats:
+    """A tensor's Max, Min, Mean and Norm as msprobe records them (of the finite values)."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return Stats()
+    return Stats(max=float(finite.max()), min=float(finite.min()), mean=float(finite.mean()),
+                 norm=float(np.sqrt(np.square(finite).sum())))
+
+
+def joined_stats(shards: list[TensorRecord]) -> Stats:
+    """The statistics of the concatenation of ``shards``, where all of them are recorded."""
+    rows = [(s.stats.max, s.stats.min, s.stats.mean, s.stats.norm, s.numel) for s in shards]
+    if any(v is None for row in rows for v in row):
+        return Stats()
+    values = np.array(rows, dtype=np.float64)
+    total = float(values[:, 4].sum())
+    return Stats(max=float(values[:, 0].max()), min=float(values[:, 1].min()),
+                 mean=float((values[:, 2] * values[:, 4]).sum() / total),
+                 norm=math.sqrt(float((values[:, 3] ** 2).sum())))
