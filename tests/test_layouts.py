@@ -113,8 +113,8 @@ def test_the_rank_that_makes_the_error_is_named_across_layouts(
     result.stdout.fnmatch_lines(["Layouts differ: NPU tp=2,dp=2,pp=1 against bench "
                                  "tp=1,dp=2,pp=1*"])
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["First divergence: Tensor.__add__.0.forward (step 0, rank 2), "
-                                 "output.0: relative error 0.0714*"])
+    result.stdout.fnmatch_lines(["First divergence: Tensor.__add__.0.forward (step 0, rank 2; "
+                                 "bench rank 1), output.0: relative error 0.0714*"])
 
 
 def test_a_tp1_run_meets_the_sum_and_join_of_tp2_shards(pytester: pytest.Pytester) -> None:
@@ -254,7 +254,7 @@ def test_statistics_against_a_tp1_bench_join_the_shards(pytester: pytest.Pyteste
     assert (first["npu_name"], first["rank"], first["joined"]) == (node, 0, [0, 1])
     result.stdout.fnmatch_lines(["First divergence*(step 0, ranks 0, 1 joined: their shards' "
                                  "statistics together against the bench's whole; which shard "
-                                 "differs needs their tensors)*"])
+                                 "differs needs their tensors; bench rank 0)*"])
 
 
 def test_the_same_verdict_given_or_inferred(pytester: pytest.Pytester) -> None:

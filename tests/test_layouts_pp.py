@@ -86,26 +86,26 @@ EMBED = "Module.embed.VocabParallelEmbedding.forward.0"
 LOOKUP = "between Tensor.masked_fill.0.forward and Functional.embedding.0.forward"
 BUGS = {
     ("L1", "tp2pp2_fc1_transposed", "tp1"): f"between Tensor.__mul__.1.forward and {FC1} "
-                                            "(step 0, rank 3)",
-    ("L1", "tp2pp2_no_allreduce", "tp1"): ": Tensor.__add__.1.forward (step 0, rank 3)",
+                                            "(step 0, rank 3; bench rank",
+    ("L1", "tp2pp2_no_allreduce", "tp1"): ": Tensor.__add__.1.forward (step 0, rank 3; bench rank",
     # the table shard rank 1 reads is not the bench's rows [8, 16): a leaf the dump did not
     # make, read by a lookup whose output is a partial value
-    ("L1", "tp2pp2_vocab_split", "tp1"): f"{LOOKUP} (step 0, rank 1)",
-    ("L0", "tp2pp2_fc1_transposed", "tp1"): f": {FC1_L0} (step 0, rank 3)",
-    ("L0", "tp2pp2_fc1_transposed", "tp4"): f": {FC1_L0} (step 0, rank 3)",
-    ("L0", "tp2pp2_no_allreduce", "tp1"): f": {FC2} (step 0, rank 3)",
-    ("L0", "tp2pp2_no_allreduce", "tp4"): f": {FC2} (step 0, rank 3)",
-    ("L0", "tp2pp2_vocab_split", "tp1"): f": {EMBED} (step 0, rank 1)",
-    ("L0", "tp2pp2_vocab_split", "tp4"): f": {EMBED} (step 0, rank 1)",
+    ("L1", "tp2pp2_vocab_split", "tp1"): f"{LOOKUP} (step 0, rank 1; bench rank",
+    ("L0", "tp2pp2_fc1_transposed", "tp1"): f": {FC1_L0} (step 0, rank 3; bench rank",
+    ("L0", "tp2pp2_fc1_transposed", "tp4"): f": {FC1_L0} (step 0, rank 3; bench rank",
+    ("L0", "tp2pp2_no_allreduce", "tp1"): f": {FC2} (step 0, rank 3; bench rank",
+    ("L0", "tp2pp2_no_allreduce", "tp4"): f": {FC2} (step 0, rank 3; bench rank",
+    ("L0", "tp2pp2_vocab_split", "tp1"): f": {EMBED} (step 0, rank 1; bench rank",
+    ("L0", "tp2pp2_vocab_split", "tp4"): f": {EMBED} (step 0, rank 1; bench rank",
     # statistics against a coarser bench: stage 1's two shards joined meet the TP=1 bench's
     # whole; the message says so, and which shard differs needs tensors (the L1 row above)
     ("mix", "tp2pp2_fc1_transposed", "tp1"): f": {FC1} (step 0, ranks 2, 3 joined: their "
                                              "shards' statistics together",
-    ("mix", "tp2pp2_fc1_transposed", "tp4"): f": {FC1} (step 0, rank 3)",
-    ("mix", "tp2pp2_no_allreduce", "tp1"): f": {FC2} (step 0, rank 3)",
-    ("mix", "tp2pp2_no_allreduce", "tp4"): f": {FC2} (step 0, rank 3)",
+    ("mix", "tp2pp2_fc1_transposed", "tp4"): f": {FC1} (step 0, rank 3; bench rank",
+    ("mix", "tp2pp2_no_allreduce", "tp1"): f": {FC2} (step 0, rank 3; bench rank",
+    ("mix", "tp2pp2_no_allreduce", "tp4"): f": {FC2} (step 0, rank 3; bench rank",
     ("mix", "tp2pp2_vocab_split", "tp1"): f"{LOOKUP} (step 0, ranks 0, 1 joined",
-    ("mix", "tp2pp2_vocab_split", "tp4"): f"{LOOKUP} (step 0, rank 1)",
+    ("mix", "tp2pp2_vocab_split", "tp4"): f"{LOOKUP} (step 0, rank 1; bench rank",
 }
 
 
@@ -183,3 +183,18 @@ def test_a_stage_whose_calls_the_bench_does_not_make_fails_coverage_saying_so(
         "*",
         "step 0 rank 3: its pipeline stage's calls are not found in order among bench rank "
         "0's*"])
+
+
+def test_messages_name_the_bench_ranks_each_npu_rank_met(pytester: pytest.Pytester) -> None:
+    """NPU rank 3 (stage 1, TP rank 1 of 2) holds what bench ranks 2 and 3 of TP=4 hold: the
+    first divergence, its JSON record and the node's failure message say so."""
+    import json
+
+    out = pytester.path / "acc.json"
+    result, said = _run(pytester, "mix", "tp2pp2_fc1_transposed", "tp4", f"--acc-json={out}")
+    assert result.ret == 1
+    assert f"{FC1} (step 0, rank 3; bench ranks 2, 3)" in said, said
+    first = json.loads(out.read_text())["compare"]["first_divergence"]
+    assert (first["rank"], first["bench_ranks"]) == (3, [2, 3])
+    result.stdout.fnmatch_lines([f"Outputs of {FC1} (step 0, rank 3) are not close to bench "
+                                 f"{FC1} (bench ranks 2, 3)!"])

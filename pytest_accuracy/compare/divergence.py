@@ -49,10 +49,13 @@ class FirstDivergence:
     # the NPU ranks whose shards were joined to meet a coarser bench's statistics (the error
     # shows on each; which one makes it, their tensors tell)
     joined: tuple[int, ...] = ()
+    # the bench ranks it was compared with, where the runs' layouts differ
+    bench_ranks: tuple[int, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {**({"phase": self.phase} if self.phase else {}),
             **({"joined": list(self.joined)} if self.joined else {}),
+            **({"bench_ranks": list(self.bench_ranks)} if self.bench_ranks else {}),
             "npu_name": self.npu_name,
             "bench_name": self.bench_name,
             "step": self.step,
@@ -82,6 +85,8 @@ def divergence_sentence(first: dict[str, Any]) -> str:
         where = (f"step {first['step']}, ranks {', '.join(map(str, joined))} joined: their "
                  "shards' statistics together against the bench's whole; which shard "
                  "differs needs their tensors")
+    if first.get("bench_ranks"):
+        where += f"; {bench_ranks_words(first['bench_ranks'])}"
     if first.get("kind") == "between":
         after = first.get("previous") or f"the start of step {first['step']}"
         through = first.get("through")
@@ -193,10 +198,21 @@ def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
                                               start=not appears and previous is None),
         order=result.npu.order,
         phase=_phase(cmp, result),
+        bench_ranks=_bench_of(cmp, result),
         joined=_joined_ranks(cmp, result, [t.path for t in own_params] or (
             [t.path for t in result.failing_outputs] if appears
             else [t.path for t in result.inputs if not t.ok])),
     )
+
+
+def bench_ranks_words(ranks: list[int] | tuple[int, ...]) -> str:
+    return f"bench rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+
+
+def _bench_of(cmp: Comparison, result: NodeResult) -> tuple[int, ...]:
+    dump = cmp.entries[result.index][0]
+    bench = cmp.bench.dumps.get((dump.step, dump.rank))
+    return bench.bench_ranks if bench is not None else ()
 
 
 def _joined_ranks(cmp: Comparison, result: NodeResult, evidence: list[str]

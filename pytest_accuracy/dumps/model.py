@@ -357,6 +357,8 @@ class Dump:
     # group (call name -> the ranks joined, and the records by path; pairing/shards.py)
     joined: dict[str, tuple[tuple[int, ...], dict[str, TensorRecord]]] = field(
         default_factory=dict)
+    # on such a view: the bench ranks it was made of (else empty: the rank's own)
+    bench_ranks: tuple[int, ...] = ()
     _by_name: dict[str, Call] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

@@ -161,7 +161,7 @@ class _View:
         first = self.group[0]
         return Dump(first.path, first.framework, first.level, first.mode, self.mine.step,
                     self.mine.rank, calls, notes, self.left_out, self.exchanges,
-                    joined=self.joined)
+                    joined=self.joined, bench_ranks=tuple(d.rank for d in self.group))
 
     def _call(self, parts: list[Call], ours: Call) -> Call:
         mine = {r.path: r for r in _records(ours)}

@@ -12,6 +12,7 @@ from pytest_accuracy.compare import Comparison, NodeResult
 from pytest_accuracy.compare.bench_coverage import BenchCoverage, bench_coverage
 from pytest_accuracy.compare.divergence import (
     FirstDivergence,
+    bench_ranks_words,
     describe,
     evidence_lines,
     find_first_nonfinite,
@@ -144,6 +145,8 @@ def failure_lines(result: NodeResult, first: FirstDivergence | None) -> list[str
     """The failure message: what mismatched, how much, where, and why it matters."""
     where = f"step {result.step}, rank {result.rank}"
     bench = result.bench.name if result.bench else "?"
+    if first is not None and first.bench_ranks:  # another layout: the ranks it was made of
+        bench += f" ({bench_ranks_words(first.bench_ranks)})"
     if result.failing_outputs:
         lines = [f"Outputs of {result.npu.name} ({where}) are not close to bench {bench}!", ""]
     else:
