@@ -145,7 +145,7 @@ def write_compare_csv(nodes: list[dict[str, Any]], out_dir: Path,
     return path
 
 
-_Verdict = tuple[str, str, list[dict[str, Any]]]
+_Verdict = tuple[str, str, Any]  # rows: a list, or a RowsRef to a spool
 
 
 def _node_verdicts(nodes: list[dict[str, Any]],
@@ -157,7 +157,7 @@ def _node_verdicts(nodes: list[dict[str, Any]],
     for n in sorted(nodes, key=lambda n: (n["step"], n["rank"], n.get("order", 0))):
         if n.get("rows"):
             status, cause = node_status(n, first)
-            out.append((status, cause, n["rows"]))
+            out.append((status, cause, n["rows"]))  # spooled rows are read where written
     return out
 
 
@@ -168,8 +168,10 @@ def _table_layout(verdicts: list[_Verdict]) -> tuple[list[Any], dict[tuple[Any, 
     None where the row has no such column). The union is taken over the few distinct key
     tuples, not over every row."""
     from pytest_accuracy.report.records import row_cells
+    from pytest_accuracy.report.rows_spool import rows_of
 
-    layouts = dict.fromkeys(row_cells(row)[0] for _, _, rows in verdicts for row in rows)
+    layouts = dict.fromkeys(row_cells(row)[0] for _, _, rows in verdicts
+                            for row in rows_of(rows))
     columns = list(dict.fromkeys(k for keys in layouts for k in _row_columns(keys)))
     picks = {}
     for keys in layouts:
@@ -190,11 +192,12 @@ def _records(verdicts: list[_Verdict],
     types): the shape of the row's cells decides which are text to neutralise."""
     from pytest_accuracy.report.cells import RowFormat, TextFields
     from pytest_accuracy.report.records import row_cells
+    from pytest_accuracy.report.rows_spool import rows_of
 
     formats: dict[tuple[tuple[Any, ...], tuple[type, ...]], RowFormat] = {}
     fields = TextFields()
     for status, cause, rows in verdicts:
-        for row in rows:
+        for row in rows_of(rows):
             keys, values = row_cells(row)
             cells = [status, cause, *values, None]
             shape = (keys, tuple(map(type, cells)))

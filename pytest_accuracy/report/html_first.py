@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from pytest_accuracy.report.html_compare import breakable
@@ -29,7 +30,8 @@ WAIVED_SHOWN = 1000  # the waived table's rows; the node table has every waived 
 
 def first_card(first: dict[str, Any] | None, compare: dict[str, Any]) -> str:
     """Where the runs part, what the node does, how bad, the likely cause and the code."""
-    nodes = [n for n in compare.get("nodes") or [] if isinstance(n, dict)]
+    # dicts, and records a run kept on disk (report/record_spool.py)
+    nodes: list[Any] = [n for n in compare.get("nodes") or [] if isinstance(n, Mapping)]
     if not first:
         return _no_first(nodes)
     where = f"step {esc(first.get('step'))}, rank {esc(first.get('rank'))}"
@@ -99,7 +101,9 @@ def _inputs_match(node: dict[str, Any] | None) -> bool | None:
     of msprobe's table; None where it has none (a merged document leaves rows out)."""
     name = str((node or {}).get("npu_name"))
     results = []
-    for row in (node or {}).get("rows") or []:
+    from pytest_accuracy.report.rows_spool import rows_of
+
+    for row in rows_of((node or {}).get("rows")):
         try:
             cells = row_dict(row)
         except (KeyError, TypeError, ValueError, IndexError):
@@ -114,7 +118,7 @@ def waived_section(nodes: list[dict[str, Any]]) -> str | None:
     """Every node a known-divergence waiver covers, with the waiver's reason, and how many
     more carry their divergences (waived with them); None where nothing was waived. Nodes
     are told apart as the terminal and the Markdown summary tell them."""
-    waived = [n for n in nodes if isinstance(n, dict) and n.get("status") == "waived"]
+    waived = [n for n in nodes if isinstance(n, Mapping) and n.get("status") == "waived"]
     if not waived:
         return None
     own = [n for n in waived if not str(n.get("reason") or "").startswith("carries ")]

@@ -6,6 +6,7 @@ cell nor inject HTML."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from pytest_accuracy.text import escape_line
@@ -52,7 +53,7 @@ def markdown_summary(doc: dict[str, Any], failures: list[tuple[str, str]],
         if first.get("stack"):
             lines += ["", f"At: {md_text(first['stack'])}"]
     nodes = compare.get("nodes") if isinstance(compare, dict) else None
-    waived = [n for n in nodes or () if isinstance(n, dict) and n.get("status") == "waived"
+    waived = [n for n in nodes or () if isinstance(n, Mapping) and n.get("status") == "waived"
               and not str(n.get("reason") or "").startswith("carries ")]
     if waived:  # a decision to waive is shown where the verdict is read
         lines += ["", "Waived: " + "; ".join(

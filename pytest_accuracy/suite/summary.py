@@ -14,6 +14,8 @@ import pytest
 # The report (and with it numpy and the compare core) is imported where a record or the
 # outputs are made: an xdist controller makes neither before it has started its workers.
 from pytest_accuracy.compare.diagnose import ROUNDING
+from pytest_accuracy.report.record_spool import RecordSpool
+from pytest_accuracy.report.rows_spool import RowsSpool
 from pytest_accuracy.safe_io import ensure_dir
 from pytest_accuracy.settings import typed_setting
 from pytest_accuracy.suite import NATIVE_KEY, RECORD_KEY
@@ -26,7 +28,11 @@ class AccuracyResults:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.nodes: list[dict[str, Any]] = []
+        # node records: dicts, and passing nodes' for the documents spooled until written
+        self.nodes: list[Any] = []
+        self.rows = RowsSpool()  # the nodes' rows of msprobe's table, for the report's CSV
+        self.spool = RecordSpool()
+        self.spool_failed = False
         # passing nodes a rank item counted instead of sending (a gate writing no document
         # needs no more of them), and the waivers their names matched
         self.passes = 0
@@ -83,9 +89,13 @@ class AccuracyResults:
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        for name, value in report.user_properties:
+        for k, (name, value) in enumerate(report.user_properties):
             if name == "accuracy":
-                self._add(report, record_of(value))
+                spooled = len(self.spool)
+                record = record_of(value)
+                self._add(report, record)
+                if len(self.spool) > spooled:  # kept for the documents: the report need not
+                    report.user_properties[k] = (name, _brief(record))
 
     def _add(self, report: pytest.TestReport, record: dict[str, Any]) -> None:
         self.outcomes[report.outcome] = self.outcomes.get(report.outcome, 0) + 1
@@ -122,6 +132,17 @@ class AccuracyResults:
         first = record.pop("first", None)
         if first and (self.first is None or _earlier(first, self.first)):
             self.first = first
+        if self.worker or self.spool_failed:  # a worker sends its records on
+            self.nodes.append(record)
+            return
+        try:
+            if record.get("rows"):  # only the report's CSV reads them, at the end: on disk
+                record["rows"] = self.rows.put(record["rows"])
+            if record.get("status") == "pass" and len(record) > _VERDICT_KEYS:
+                self.nodes.append(self.spool.put(record))  # for the documents, at the end
+                return
+        except OSError:  # a full disk, a file size limit: kept in memory from here on
+            self.spool_failed = True
         self.nodes.append(record)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -223,6 +244,7 @@ class AccuracyResults:
                 doc = self.write_outputs(int(exitstatus), json_path, report_dir)
                 if markdown:
                     write_markdown(config, doc)
+            self.rows.close()
         except AccuracyOutputError as exc:
             _outputs_failed(session, f"not written: {exc}", pytest.ExitCode.INTERNAL_ERROR)
         except KeyboardInterrupt:
@@ -320,6 +342,17 @@ def _earlier(a: dict[str, Any], b: dict[str, Any]) -> bool:
     from pytest_accuracy.compare.divergence import causal_key
 
     return causal_key(a) < causal_key(b)
+
+
+# a verdict record's keys and its order (report/records.py verdict_record): more is a full one
+_VERDICT_KEYS = 5
+
+
+def _brief(record: dict[str, Any]) -> str:
+    """What a report keeps of a record spooled for the documents (JUnit's property)."""
+    nodes = record.get("region_nodes", [record])
+    return json.dumps({"nodes": len(nodes), "status": sorted({str(n.get("status"))
+                                                               for n in nodes})})
 
 
 def _order(node: dict[str, Any]) -> tuple[int, int, int]:
