@@ -107,3 +107,28 @@ def test_a_spool_that_cannot_be_written_keeps_the_records_in_memory(
     a, b = (json.loads((pytester.path / f).read_text())["compare"]["nodes"]
             for f in ("a.json", "b.json"))
     assert a == b and len(a) == 60
+
+
+def test_the_spool_file_writes_in_batches_and_a_failed_batch_stays_readable(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_accuracy.report import spool_file
+
+    monkeypatch.setattr(spool_file, "_BATCH", 8)
+    store = spool_file.SpoolFile("acc-test-")
+    first, second = store.put(b"abcdefgh"), store.put(b"ij")  # the first fills a batch
+    assert (first, second) == (0, 8)
+    assert (store.read(0, 8), store.read(8, 2), store.read(2, 3)) == (b"abcdefgh", b"ij",
+                                                                        b"cde")
+
+    class Full:
+        name = "full"
+
+        def write(self, data: bytes) -> int:
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store, "_file", Full())
+    with pytest.raises(OSError, match="No space"):
+        store.put(b"klmnop")  # 2 + 6 bytes: a batch, whose write fails
+    assert store.read(8, 2) == b"ij" and store.read(10, 6) == b"klmnop"  # kept, readable
+    monkeypatch.undo()
+    store.close()

@@ -78,8 +78,8 @@ def compare_section_parts(compare: dict[str, Any], criteria: dict[str, Any]) -> 
     if waived is not None:
         out.append(section("Waived as known divergences", waived, "waived"))
     # each node's error and tolerance once: the charts and the table both show them
-    errors = [node_error(n) for n in nodes]
-    tolerances = [node_tolerance(n, criteria) for n in nodes]
+    both = [(node_error(n), node_tolerance(n, criteria)) for n in nodes]  # a node at a time
+    errors, tolerances = [e for e, _ in both], [t for _, t in both]
     out.append(section("Error along execution order",
                        charts(nodes, errors, tolerances, first), "chart"))
     if len({(n["step"], n["rank"]) for n in nodes}) > 1:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator, MutableMapping
-from typing import IO, Any
+from typing import Any
 
 import msgspec
+
+from pytest_accuracy.report.spool_file import SpoolFile
 
 _MISSING = object()
 
@@ -17,26 +18,27 @@ class RecordSpool:
     written; a stub of the keys the session reads stays, and the writers read the rest."""
 
     def __init__(self) -> None:
-        self._file: IO[bytes] | None = None
-        self._end = self._count = 0
+        self._store = SpoolFile("acc-nodes-")
+        self._count = 0
         self._last_at, self._last = -1, dict[str, Any]()
+        self._tolerances: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._encoder = msgspec.msgpack.Encoder()
         self._decoder = msgspec.msgpack.Decoder(dict)
 
     def put(self, record: dict[str, Any]) -> SpooledRecord:
         """The record's stub; ``record`` holds JSON's types only (as a worker sends it), and
         its ``rows`` may be a RowsRef (kept in the stub, its place in the record kept)."""
-        if self._file is None:
-            self._file = tempfile.TemporaryFile(prefix="acc-nodes-", buffering=0)  # noqa: SIM115
         head = tuple(record.get(k, _MISSING) for k in HEAD)
+        tolerance = record.get("tolerance")
+        if isinstance(tolerance, dict) and all(type(v) in _FLAT for v in tolerance.values()):
+            # one object for the nodes of one tolerance (a dict a node was ~230 bytes)
+            key = tuple(tolerance.items())
+            head = (*head[:-1], self._tolerances.setdefault(key, tolerance))
+        else:
+            head = (*head[:-1], _SPOOLED)
         rows = record.get("rows")
         data = self._encoder.encode({**record, "rows": None} if rows else record)
-        self._file.seek(self._end)
-        # unbuffered: a full disk fails this write, here, never a later read
-        if self._file.write(data) != len(data):
-            raise OSError(f"spool {self._file.name}: short write")
-        stub = SpooledRecord(self, self._end, len(data), head)
-        self._end += len(data)
+        stub = SpooledRecord(self, self._store.put(data), len(data), head)
         self._count += 1
         return stub
 
@@ -48,21 +50,21 @@ class RecordSpool:
         """The record at ``offset``, not to be changed: the last one read is kept, as the
         writers read a node's keys one after another (one decoding a node, not one a key)."""
         if offset != self._last_at:
-            assert self._file is not None
-            self._file.seek(offset)
-            self._last = self._decoder.decode(self._file.read(size))
+            self._last = self._decoder.decode(self._store.read(offset, size))
             self._last_at = offset
         return self._last
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self._store.close()
 
 
 # the keys the session reads of every node before its documents are written (the verdict,
-# the order, the summary's counts), kept in memory; the rest is read from the spool
-HEAD = ("npu_name", "step", "rank", "status", "order", "first_divergence", "rows")
+# the order, the summary's counts, a pass's note), and that the writers read of each in a
+# pass of their own (the tree's parent, the tolerance learned or not), kept in memory; the
+# rest is read from the spool. The tolerance comes last: shared between nodes where flat.
+HEAD = ("npu_name", "step", "rank", "status", "order", "first_divergence", "rows", "reason",
+        "parent", "tolerance")
+_FLAT = frozenset({int, float, str, bool, type(None)})
 
 
 class SpooledRecord(MutableMapping[str, Any]):
@@ -90,11 +92,21 @@ class SpooledRecord(MutableMapping[str, Any]):
                 out[key] = value
         return out
 
+    def get(self, key: str, default: Any = None) -> Any:
+        # the writers ask ~60 keys a node: written out, not Mapping's get over __getitem__
+        if self._changed is not None and key in self._changed:
+            value = self._changed[key]
+        else:
+            value = self._head[_PLACE[key]] if key in _PLACE else _SPOOLED
+            if value is _SPOOLED:
+                spool = self._spool
+                record = spool._last if spool._last_at == self._offset else spool.read(
+                    self._offset, self._size)
+                return record.get(key, default)
+        return default if value is _MISSING else value
+
     def __getitem__(self, key: str) -> Any:
-        value = self._changed.get(key, _UNCHANGED) if self._changed else _UNCHANGED
-        if value is _UNCHANGED:
-            value = (self._head[_PLACE[key]] if key in _PLACE
-                     else self._spool.read(self._offset, self._size).get(key, _MISSING))
+        value = self.get(key, _MISSING)
         if value is _MISSING:
             raise KeyError(key)
         return value
@@ -121,4 +133,4 @@ class SpooledRecord(MutableMapping[str, Any]):
 
 
 _PLACE = {k: i for i, k in enumerate(HEAD)}
-_UNCHANGED = object()
+_SPOOLED = object()  # a head value left in the spool (a tolerance that is not flat)

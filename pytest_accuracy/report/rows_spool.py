@@ -2,43 +2,31 @@
 
 from __future__ import annotations
 
-import tempfile
-from typing import IO, Any
+from typing import Any
 
 import msgspec
 
+from pytest_accuracy.report.spool_file import SpoolFile
+
 
 class RowsSpool:
-    """Rows appended to an unlinked temporary file, each read back by its place: a 100k-node
-    run's rows were ~130 MB held beside the dump models until the session ended, and only the
-    CSV (and the first divergence's card) reads them, once."""
+    """Rows kept on disk, each read back by its place: a 100k-node run's rows were ~130 MB
+    held beside the dump models until the session ended, and only the CSV (and the first
+    divergence's card) reads them, once."""
 
     def __init__(self) -> None:
-        self._file: IO[bytes] | None = None
-        self._end = 0
+        self._store = SpoolFile("acc-rows-")
 
     def put(self, rows: list[Any]) -> RowsRef:
-        if self._file is None:
-            self._file = tempfile.TemporaryFile(prefix="acc-rows-", buffering=0)  # noqa: SIM115 (kept open)
         data = msgspec.msgpack.encode(rows)
-        self._file.seek(self._end)
-        # unbuffered: a full disk fails this write, here, never a later read
-        if self._file.write(data) != len(data):
-            raise OSError(f"spool {self._file.name}: short write")
-        ref = RowsRef(self, self._end, len(data))
-        self._end += len(data)
-        return ref
+        return RowsRef(self, self._store.put(data), len(data))
 
     def read(self, offset: int, size: int) -> list[Any]:
-        assert self._file is not None
-        self._file.seek(offset)
-        rows: list[Any] = msgspec.msgpack.decode(self._file.read(size))
+        rows: list[Any] = msgspec.msgpack.decode(self._store.read(offset, size))
         return rows
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self._store.close()
 
 
 class RowsRef:
