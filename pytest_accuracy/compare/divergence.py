@@ -140,11 +140,10 @@ def find_first_divergence(cmp: Comparison, upto: int | None = None) -> FirstDive
 
 def causal_key(first: dict[str, Any]) -> tuple[int, bool, bool, int, int, int]:
     """The order first divergences are ranked in: step; then a node that made the error
-    before a collective that received it from another rank; then evidence of one rank's
-    before shards joined over ranks (the join fails on each of them, whichever made it);
-    then when its pipeline stage runs
-    it (an earlier stage's forward feeds the later's, a later stage's backward the earlier's);
-    then its place in its rank's
+    before a collective that received it from another rank; then a difference one rank's own
+    tensors show before one that shards joined over ranks show (the join differs on each of
+    them, whichever made it); then when its pipeline stage runs it (an earlier stage's forward
+    feeds the later's, a later stage's backward the earlier's); then its place in its rank's
     calls (ranks run the same code side by side: an error on rank 3 before rank 0's
     reaches rank 0 later, through a collective); then rank."""
     return (int(first["step"]), bool(first.get("received")), bool(first.get("joined")),

@@ -383,7 +383,7 @@ class Comparison:
         """A call whose output is a partial value left out (another layout's) still reads
         its own shards (a vocabulary-parallel lookup's table): one that is not the bench's
         slice fails the node, with that input as its difference."""
-        from pytest_accuracy.pairing.shards import ShardRecord
+        from pytest_accuracy.pairing.shard_records import ShardRecord
 
         theirs = {r.path: r for r in bench.input_tensors}
         shards = [r for r in call.input_tensors

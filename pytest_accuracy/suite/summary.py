@@ -349,7 +349,8 @@ _VERDICT_KEYS = 5
 
 
 def _brief(record: dict[str, Any]) -> str:
-    """What a report keeps of a record spooled for the documents (JUnit's property)."""
+    """What an item's report keeps of a record spooled for the documents: its count and
+    verdicts, not a second copy of the record."""
     nodes = record.get("region_nodes", [record])
     return json.dumps({"nodes": len(nodes), "status": sorted({str(n.get("status"))
                                                                for n in nodes})})
