@@ -96,13 +96,21 @@ def test_a_spool_that_cannot_be_written_keeps_the_records_in_memory(
         import errno
         from pytest_accuracy.report import record_spool
 
+        KEPT = record_spool.RecordSpool.put
+
         def full(self, record):
+            open("spool-was-full", "w").close()
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        record_spool.RecordSpool.put = full
+        def pytest_configure(config):
+            record_spool.RecordSpool.put = full
+
+        def pytest_unconfigure(config):  # in process: the next run spools again
+            record_spool.RecordSpool.put = KEPT
     """)
     full = pytester.runpytest(*args, f"--acc-json={pytester.path / 'b.json'}")
     assert (spooled.ret, full.ret) == (1, 1)
+    assert (pytester.path / "spool-was-full").exists()  # the second run's spool failed
     assert "INTERNALERROR" not in full.stdout.str() + full.stderr.str()
     a, b = (json.loads((pytester.path / f).read_text())["compare"]["nodes"]
             for f in ("a.json", "b.json"))
@@ -132,3 +140,19 @@ def test_the_spool_file_writes_in_batches_and_a_failed_batch_stays_readable(
     assert store.read(8, 2) == b"ij" and store.read(10, 6) == b"klmnop"  # kept, readable
     monkeypatch.undo()
     store.close()
+
+
+def test_a_record_msgpack_cannot_hold_is_kept_as_it_is(pytester: pytest.Pytester) -> None:
+    """A lone surrogate in a string (JSON can hold one, UTF-8 cannot) or an integer past 64
+    bits: msgpack refuses the record, which stays in memory as it is; the next is spooled."""
+    from pytest_accuracy.suite.summary import AccuracyResults
+
+    results = AccuracyResults(pytester.parseconfig())
+    base = {"npu_name": "Tensor.add.0.forward", "step": 0, "rank": 0, "status": "pass",
+            "order": 0, "reason": "", "tolerance": {"rel_err": 1e-4}, "max_diff": 0.0}
+    odd = [{**base, "npu_name": "Tensor.x\ud800.0.forward"}, {**base, "count": 2 ** 70}]
+    for record in [*odd, dict(base)]:
+        results._add_node(record)
+    assert results.nodes[:2] == odd and all(type(n) is dict for n in results.nodes[:2])
+    assert type(results.nodes[2]) is not dict and results.nodes[2]["max_diff"] == 0.0
+    assert not results.spool_failed

@@ -143,6 +143,8 @@ class AccuracyResults:
                 return
         except OSError:  # a full disk, a file size limit: kept in memory from here on
             self.spool_failed = True
+        except (ValueError, OverflowError, TypeError):
+            pass  # what msgpack cannot hold (a lone surrogate in a name): this one kept as is
         self.nodes.append(record)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
