@@ -57,7 +57,6 @@ def test_a_spooled_record_reads_changes_and_comes_back_whole() -> None:
     assert stub.copy().keys() == whole.keys() and len(stub) == len(whole)
     with pytest.raises(KeyError):
         stub["parent"]
-    spool.close()
 
 
 def test_documents_from_spooled_records_hold_every_node_whole(pytester: pytest.Pytester

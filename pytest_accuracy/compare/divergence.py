@@ -208,9 +208,14 @@ def bench_ranks_words(ranks: list[int] | tuple[int, ...]) -> str:
     return f"bench rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
 
 
-def _bench_of(cmp: Comparison, result: NodeResult) -> tuple[int, ...]:
+def _bench_dump(cmp: Comparison, result: NodeResult) -> Dump | None:
+    """The bench dump the node's rank was compared with (a view, where layouts differ)."""
     dump = cmp.entries[result.index][0]
-    bench = cmp.bench.dumps.get((dump.step, dump.rank))
+    return cmp.bench.dumps.get((dump.step, dump.rank))
+
+
+def _bench_of(cmp: Comparison, result: NodeResult) -> tuple[int, ...]:
+    bench = _bench_dump(cmp, result)
     return bench.bench_ranks if bench is not None else ()
 
 
@@ -218,8 +223,7 @@ def _joined_ranks(cmp: Comparison, result: NodeResult, evidence: list[str]
                   ) -> tuple[int, ...]:
     """The NPU ranks whose shards were joined to meet a coarser bench, where every tensor
     that shows the error here is such a join (``pairing/shards.py``), else ()."""
-    dump = cmp.entries[result.index][0]
-    bench = cmp.bench.dumps.get((dump.step, dump.rank))
+    bench = _bench_dump(cmp, result)
     found = bench.joined.get(result.npu.name) if bench is not None else None
     return found[0] if found and evidence and all(p in found[1] for p in evidence) else ()
 
@@ -229,8 +233,7 @@ def _received(cmp: Comparison, result: NodeResult, appears: bool, start: bool) -
     agree, or it entered through one only the NPU run records (the bench at another TP size
     makes no such exchange), or, in a later pipeline stage, it was there from the start of
     the step (with the previous stage's activations)."""
-    dump = cmp.entries[result.index][0]
-    bench = cmp.bench.dumps.get((dump.step, dump.rank))
+    dump, bench = cmp.entries[result.index][0], _bench_dump(cmp, result)
     exchanges = bench.exchanges if bench is not None else set()
     if appears:
         return is_collective(result.npu) or result.npu.name in exchanges
@@ -243,8 +246,7 @@ def _received(cmp: Comparison, result: NodeResult, appears: bool, start: bool) -
 def _stage(cmp: Comparison, result: NodeResult) -> tuple[int, int]:
     """The node's pipeline stage and the stage count, where the bench was seen from the
     NPU's stages (else 0 of 1)."""
-    dump = cmp.entries[result.index][0]
-    bench = cmp.bench.dumps.get((dump.step, dump.rank))
+    bench = _bench_dump(cmp, result)
     return (bench.stage, bench.stages) if bench is not None else (0, 1)
 
 

@@ -28,19 +28,21 @@ class RecordSpool:
     def put(self, record: dict[str, Any]) -> SpooledRecord:
         """The record's stub; ``record`` holds JSON's types only (as a worker sends it), and
         its ``rows`` may be a RowsRef (kept in the stub, its place in the record kept)."""
-        head = tuple(record.get(k, _MISSING) for k in HEAD)
-        tolerance = record.get("tolerance")
-        if isinstance(tolerance, dict) and all(type(v) in _FLAT for v in tolerance.values()):
-            # one object for the nodes of one tolerance (a dict a node was ~230 bytes)
-            key = tuple(tolerance.items())
-            head = (*head[:-1], self._tolerances.setdefault(key, tolerance))
-        else:
-            head = (*head[:-1], _SPOOLED)
+        head = (*(record.get(k, _MISSING) for k in HEAD[:-1]),
+                self._shared(record.get("tolerance")))
         rows = record.get("rows")
         data = self._encoder.encode({**record, "rows": None} if rows else record)
         stub = SpooledRecord(self, self._store.put(data), len(data), head)
         self._count += 1
         return stub
+
+    def _shared(self, tolerance: Any) -> Any:
+        """One object for the nodes of one flat tolerance (a dict a node was ~230 bytes);
+        any other is left in the spool."""
+        if not isinstance(tolerance, dict) or any(type(v) not in _FLAT
+                                                  for v in tolerance.values()):
+            return _SPOOLED
+        return self._tolerances.setdefault(tuple(tolerance.items()), tolerance)
 
     def __len__(self) -> int:
         """How many records were spooled."""
@@ -53,9 +55,6 @@ class RecordSpool:
             self._last = self._decoder.decode(self._store.read(offset, size))
             self._last_at = offset
         return self._last
-
-    def close(self) -> None:
-        self._store.close()
 
 
 # the keys the session reads of every node before its documents are written (the verdict,
