@@ -36,6 +36,10 @@ Runs (under OUT/<level>/<run>/step<k>/rank<r>/ as msprobe writes them):
   tp2pp2_fc1_transposed   rank 3 (stage 1, tp 1) loads its fc1 shard transposed
   tp2pp2_no_allreduce     rank 3 keeps its fc2 partial sum (still joins the all-reduce)
   tp2pp2_vocab_split      rank 1 (stage 0, tp 1) has its vocabulary range off by one
+  tp2, tp2_<bug>          2 ranks, TP=2 x PP=1: the same three bugs on rank 1 (NPU against a
+                          bench with more stages, tp2pp2)
+  tp4_no_allreduce,       4 ranks, TP=4 x PP=1, the bug on rank 3 / rank 1 (a transposed fc1
+  tp4_vocab_split         shard is not square at TP=4: no such run)
 at levels L1 (task tensor), L0 (task tensor) and mix (task statistics). stack.json files are
 deleted unless --keep-stack (they name the machine's paths). OUT/losses.json holds
 run -> level -> rank -> per-step loss for the ranks that compute one (the last stage).
@@ -82,8 +86,20 @@ RUNS: dict[str, tuple[int, int, str | None]] = {  # name -> (tp, pp, bug)
     "tp2pp2_fc1_transposed": (2, 2, "fc1_transposed"),
     "tp2pp2_no_allreduce": (2, 2, "no_allreduce"),
     "tp2pp2_vocab_split": (2, 2, "vocab_split"),
+    # a bench with more stages than the NPU: these one-stage NPU runs against tp2pp2
+    "tp2": (2, 1, None),
+    "tp2_fc1_transposed": (2, 1, "fc1_transposed"),
+    "tp2_no_allreduce": (2, 1, "no_allreduce"),
+    "tp2_vocab_split": (2, 1, "vocab_split"),
+    "tp4_no_allreduce": (4, 1, "no_allreduce"),
+    "tp4_vocab_split": (4, 1, "vocab_split"),
 }
 BUG_RANKS = {"fc1_transposed": 3, "no_allreduce": 3, "vocab_split": 1}
+
+
+def bug_rank(bug: str, world: int) -> int:
+    """The rank a bug is on: BUG_RANKS', or the last rank of a smaller run (rank 1 at TP=2)."""
+    return min(BUG_RANKS[bug], world - 1)
 
 
 @dataclass(frozen=True)
@@ -218,7 +234,7 @@ def worker(rank: int, world: int, tp: int, bug: str | None, level: str, dump_pat
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     lay = Layout(rank, tp, world // tp, *groups(rank, world, tp))
-    model = StageModel(lay, bug if bug is not None and BUG_RANKS[bug] == rank else None)
+    model = StageModel(lay, bug if bug is not None and bug_rank(bug, world) == rank else None)
     debugger = make_debugger(LEVELS[level], dump_path, f"{level}_{rank}")
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     losses = []
@@ -260,15 +276,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--keep-stack", action="store_true", help="keep msprobe's stack.json files")
+    ap.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(RUNS),
+                    help="only these runs (losses.json then holds only theirs)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     os.chdir(args.out)  # relative dump paths: no machine path ends up in dump.json
     losses: dict[str, dict[str, dict[int, list[float]]]] = {}
     for level in LEVELS:
-        for name in RUNS:
+        for name in args.runs:
             losses.setdefault(name, {})[level] = generate(level, name, args.keep_stack)
     Path("losses.json").write_text(json.dumps(losses, indent=1) + "\n")
-    print("written", [f"{lv}/{r}" for lv in LEVELS for r in RUNS], "under", args.out,
+    print("written", [f"{lv}/{r}" for lv in LEVELS for r in args.runs], "under", args.out,
           file=sys.stderr)
 
 

@@ -151,8 +151,8 @@ def _without_data(node: object) -> object:
     ((L_TP2, "--acc-bench-layout=tp=1,dp=4"), "*differ in dp: each rank's data must be the "
                                               "same on both sides*"),
     (("--acc-npu-layout=tp=2", L_TP1), "*differ in dp*"),
-    (("--acc-npu-layout=tp=2,pp=2", "--acc-bench-layout=tp=1,pp=4"),
-     "*a bench stage must hold whole NPU stages*"),
+    (("--acc-npu-layout=tp=2,pp=2", "--acc-bench-layout=tp=1,pp=3"),
+     "*a stage of one must hold whole stages of the other*"),
     (("--acc-npu-layout=tp=1,dp=2", "--acc-bench-layout=tp=2,dp=2"),
      "*--acc-npu-layout tp=1,dp=2,pp=1 has 2 ranks, the NPU dump * has rank 2*"),
     (("--acc-npu-layout=tp=2,tp=4", L_TP1), "*expected tp=N,dp=N,pp=N*"),

@@ -27,7 +27,7 @@ def test_bench_ranks_and_places_of_a_two_stage_run() -> None:
     assert [bench_ranks(npu, tp4, r) for r in range(4)] == [[0, 1], [2, 3], [0, 1], [2, 3]]
     assert [stage_place(npu, tp1, r) for r in range(4)] == [0.0, 0.0, 1.0, 1.0]
     assert layouts_problem(npu, tp1) is None
-    assert "a bench stage must hold whole NPU stages" in str(
+    assert "a stage of one must hold whole stages of the other" in str(
         layouts_problem(Layout(pp=2), Layout(pp=3)))
     assert "differ in dp" in str(layouts_problem(Layout(dp=2), Layout(dp=1)))
 

@@ -138,17 +138,19 @@ def find_first_divergence(cmp: Comparison, upto: int | None = None) -> FirstDive
     return found
 
 
-def causal_key(first: dict[str, Any]) -> tuple[int, bool, bool, int, int, int]:
+def causal_key(first: dict[str, Any]) -> tuple[int, bool, bool, int, int, bool, int]:
     """The order first divergences are ranked in: step; then a node that made the error
     before a collective that received it from another rank; then a difference one rank's own
     tensors show before one that shards joined over ranks show (the join differs on each of
     them, whichever made it); then when its pipeline stage runs it (an earlier stage's forward
     feeds the later's, a later stage's backward the earlier's); then its place in its rank's
     calls (ranks run the same code side by side: an error on rank 3 before rank 0's
-    reaches rank 0 later, through a collective); then rank."""
+    reaches rank 0 later, through a collective); then, at one call, a rank whose own
+    parameter differs before one whose inputs all agree (a module that exchanges inside, a
+    vocabulary-parallel embedding, spreads one rank's error over the group); then rank."""
     return (int(first["step"]), bool(first.get("received")), bool(first.get("joined")),
-            int(first.get("phase", 0)),
-            int(first.get("order", 0)), int(first["rank"]))
+            int(first.get("phase", 0)), int(first.get("order", 0)),
+            first.get("kind") != "parameter", int(first["rank"]))
 
 
 
@@ -216,7 +218,9 @@ def _bench_dump(cmp: Comparison, result: NodeResult) -> Dump | None:
 
 def _bench_of(cmp: Comparison, result: NodeResult) -> tuple[int, ...]:
     bench = _bench_dump(cmp, result)
-    return bench.bench_ranks if bench is not None else ()
+    if bench is None:
+        return ()
+    return bench.call_ranks.get(result.npu.name, bench.bench_ranks)
 
 
 def _joined_ranks(cmp: Comparison, result: NodeResult, evidence: list[str]
@@ -232,11 +236,17 @@ def _received(cmp: Comparison, result: NodeResult, appears: bool, start: bool) -
     """Whether the error came in from another rank: the node is a collective whose inputs
     agree, or it entered through one only the NPU run records (the bench at another TP size
     makes no such exchange), or, in a later pipeline stage, it was there from the start of
-    the step (with the previous stage's activations)."""
+    the step (with the previous stage's activations), or it is a collective that completes
+    partial values the bench at another TP size does not make (the ranks that made them
+    made the error: their inputs, not compared, are where it entered)."""
     dump, bench = cmp.entries[result.index][0], _bench_dump(cmp, result)
     exchanges = bench.exchanges if bench is not None else set()
     if appears:
         return is_collective(result.npu) or result.npu.name in exchanges
+    theirs = bench.get(result.npu.name) if bench is not None else None
+    if is_collective(result.npu) and theirs is not None and len(theirs.input_tensors) < len(
+            result.npu.input_tensors):  # the view left its partial inputs out
+        return True
     if start and _stage(cmp, result)[0] > 0:  # differing from its stage's first call on
         return True
     return any(is_collective(c) or name in exchanges for name in result.entered_through

@@ -72,11 +72,40 @@ def out_of_vocabulary(dump: Dump, shards: frozenset[str] = frozenset()) -> list[
     return out
 
 
+def split_lookups(dump: Dump, others: list[Dump], bench: Dump | None) -> frozenset[str]:
+    """The lookups of ``dump`` into a vocabulary shard, whose ids index the whole vocabulary
+    (a vocabulary-parallel embedding module masks the ids that are not its own): those the
+    bench's lookup of that name makes alike (past a table of the same rows), and those whose
+    ids ``others`` (the run's other ranks at the step) read too, from tables of the same rows
+    that together have room for them."""
+    theirs = {k.call.name: k for k in lookups(bench)} if bench is not None else {}
+    peers = [k for other in others for k in lookups(other)]
+    found = set()
+    for lookup in lookups(dump):
+        high = lookup.ids.stats.max
+        if high is None or high < lookup.rows:
+            continue
+        twin = theirs.get(lookup.call.name)
+        if twin is not None and twin.rows == lookup.rows and (
+                twin.ids.stats.max or 0) >= twin.rows:
+            found.add(lookup.call.name)
+            continue
+        alike = 1 + sum(1 for k in peers if k.call.name == lookup.call.name
+                        and k.rows == lookup.rows and _same_ids(k.ids, lookup.ids) is not False)
+        if high < alike * lookup.rows:
+            found.add(lookup.call.name)
+    return frozenset(found)
+
+
 def batch_differs(npu: Dump, bench: Dump) -> tuple[InputProblem | None, bool]:
     """The first lookup's ids against the bench's first lookup's: equal statistics (or
     checksums, or data) where both read the same batch; and whether they were compared.
     Lookups into tables of other sizes (a vocabulary-parallel shard) are not compared."""
     mine, theirs = lookups(npu), lookups(bench)
+    if mine and bench.get(mine[0].call.name) is not None:
+        # the lookup of that name, where the bench has the call (one codebase, or a view of
+        # another layout, which leaves out the ids a shard's lookup reads: then none)
+        theirs = [k for k in theirs if k.call.name == mine[0].call.name]
     if (not mine or not theirs or mine[0].rows != theirs[0].rows
             or mine[0].call.name in bench.left_out
             or theirs[0].call.name in bench.left_out):  # a shard's lookup: ids of its own

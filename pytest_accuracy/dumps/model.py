@@ -359,6 +359,8 @@ class Dump:
         default_factory=dict)
     # on such a view: the bench ranks it was made of (else empty: the rank's own)
     bench_ranks: tuple[int, ...] = ()
+    # on a view of a bench with more pipeline stages: the bench ranks each call came from
+    call_ranks: dict[str, tuple[int, ...]] = field(default_factory=dict)
     _by_name: dict[str, Call] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

@@ -49,12 +49,14 @@ def parse_layout(text: str) -> Layout:
 def bench_ranks(npu: Layout, bench: Layout, rank: int) -> list[int]:
     """The bench ranks that hold the part of the model and the data NPU ``rank`` holds: its
     TP group where the data (dp) is the same, in the bench stage that holds the NPU's (a
-    bench of fewer pipeline stages holds several of the NPU's in one)."""
+    bench of fewer pipeline stages holds several of the NPU's in one; of more, the NPU's
+    stage is several of the bench's: their ranks stage by stage)."""
     tp_rank, dp_rank, pp_rank = npu.coords(rank)
     first = tp_rank * bench.tp // npu.tp
     last = max(first, (tp_rank + 1) * bench.tp // npu.tp - 1) if bench.tp >= npu.tp else first
-    stage = pp_rank * bench.pp // npu.pp
-    return [bench.rank(j, dp_rank, stage) for j in range(first, last + 1)]
+    per = max(1, bench.pp // npu.pp)
+    stages = range(pp_rank * bench.pp // npu.pp, pp_rank * bench.pp // npu.pp + per)
+    return [bench.rank(j, dp_rank, s) for s in stages for j in range(first, last + 1)]
 
 
 def stage_place(npu: Layout, bench: Layout, rank: int) -> float:
@@ -68,9 +70,9 @@ def layouts_problem(npu: Layout, bench: Layout) -> str | None:
     if npu.dp != bench.dp:
         return (f"the NPU layout {npu} and the bench layout {bench} differ in dp: each rank's "
                 "data must be the same on both sides")
-    if npu.pp % bench.pp:
-        return (f"the NPU layout {npu} has pp={npu.pp}, the bench {bench} pp={bench.pp}: a bench "
-                "stage must hold whole NPU stages (the bench's pp a divisor of the NPU's)")
+    if npu.pp % bench.pp and bench.pp % npu.pp:
+        return (f"the NPU layout {npu} has pp={npu.pp}, the bench {bench} pp={bench.pp}: a stage "
+                "of one must hold whole stages of the other (one pp a divisor of the other)")
     return None
 
 
@@ -166,7 +168,8 @@ def _group_size(batches: list[Batch]) -> int | None:
 
 
 def _shards_agree(npu: Dump, bench: Dump, tn: int, tb: int) -> bool:
-    """Some tensor is sharded by tn against tb, and every shape that differs does so."""
+    """Some tensor is sharded by tn against tb (at tn == tb none), and every shape that
+    differs does so."""
     seen = False
     for call in npu.calls:
         other = bench.get(call.name)
@@ -183,4 +186,4 @@ def _shards_agree(npu: Dump, bench: Dump, tn: int, tb: int) -> bool:
                     or record.shape[differ[0]] * tn != shape[differ[0]] * tb):
                 return False
             seen = True
-    return seen
+    return seen or tn == tb  # at one TP size (the stages differ), no shape may differ

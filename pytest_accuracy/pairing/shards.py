@@ -45,7 +45,7 @@ from pytest_accuracy.pairing.shard_records import (
     shard_axis,
     shard_of,
 )
-from pytest_accuracy.pairing.stages import stage_view
+from pytest_accuracy.pairing.stages import stage_view, stages_joined
 
 
 def relayout(npu: DumpSet, npu_layout: Layout, bench: DumpSet, bench_layout: Layout
@@ -63,16 +63,10 @@ def relayout(npu: DumpSet, npu_layout: Layout, bench: DumpSet, bench_layout: Lay
                  if (d := bench.dumps.get((step, r))) is not None]
         if len(group) < len(bench_ranks(npu_layout, bench_layout, rank)):
             continue
-        if npu_layout.pp != bench_layout.pp:  # the bench ranks' calls this stage makes
-            place = stage_place(npu_layout, bench_layout, rank)
-            staged = [stage_view(d, mine, place) for d in group]
-            if any(d is None for d in staged):
-                unmade[(step, rank)] = (
-                    f"its pipeline stage's calls are not found in order among bench rank "
-                    f"{group[0].rank}'s (the stage makes operations the bench does not, or "
-                    "in another order)")
-                continue
-            group = [d for d in staged if d is not None]
+        group, why = _staged(group, mine, npu_layout, bench_layout)
+        if why:
+            unmade[(step, rank)] = why
+            continue
         tp_rank, dp_rank, pp_rank = npu_layout.coords(rank)
         peers = {j: d for j in range(npu_layout.tp)
                  if (d := npu.dumps.get((step, npu_layout.rank(j, dp_rank, pp_rank))))}
@@ -94,6 +88,31 @@ def relayout(npu: DumpSet, npu_layout: Layout, bench: DumpSet, bench_layout: Lay
         for (_, rank), dump in made.items():
             dump.stage, dump.stages = npu_layout.coords(rank)[2], npu_layout.pp
     return DumpSet(bench.root, made, unmade)
+
+
+def _staged(group: list[Dump], mine: Dump, npu_layout: Layout, bench_layout: Layout
+            ) -> tuple[list[Dump], str]:
+    """The bench ranks' dumps as the NPU rank's pipeline stage makes its calls, or why not:
+    a bench of fewer stages, the calls of its stage that the NPU's makes; of more, its
+    stages (``per``, stage by stage in ``group``) joined per TP position."""
+    if bench_layout.pp > npu_layout.pp:
+        per = bench_layout.pp // npu_layout.pp
+        size = len(group) // per
+        joined = [stages_joined(group[j::size], mine) for j in range(size)]
+        if any(d is None for d in joined):
+            return group, ("its pipeline stage's calls are not found in order among those of "
+                           "the bench stages it holds (the NPU makes operations the bench "
+                           "does not, or in another order)")
+        return [d for d in joined if d is not None], ""
+    if npu_layout.pp == bench_layout.pp:
+        return group, ""
+    place = stage_place(npu_layout, bench_layout, mine.rank)
+    staged = [stage_view(d, mine, place) for d in group]
+    if any(d is None for d in staged):
+        return group, (f"its pipeline stage's calls are not found in order among bench rank "
+                       f"{group[0].rank}'s (the stage makes operations the bench does not, or "
+                       "in another order)")
+    return [d for d in staged if d is not None], ""
 
 
 def with_joined(npu: DumpSet, view: DumpSet) -> DumpSet:
@@ -156,12 +175,16 @@ class _View:
             if len(parts) != len(self.group):
                 continue
             calls.append(self._call(parts, ours) if ours is not None else call)
+        ranks = tuple(r for d in self.group for r in d.bench_ranks or (d.rank,))
         notes = [f"the bench ranks holding NPU rank {self.mine.rank}'s part: "
-                 + ", ".join(str(d.rank) for d in self.group)]
+                 + ", ".join(map(str, sorted(ranks)))]
         first = self.group[0]
+        by_call = {c.name: tuple(sorted(r for d in self.group
+                                         for r in d.call_ranks.get(c.name, (d.rank,))))
+                   for c in calls if c.name in first.call_ranks}
         return Dump(first.path, first.framework, first.level, first.mode, self.mine.step,
                     self.mine.rank, calls, notes, self.left_out, self.exchanges,
-                    joined=self.joined, bench_ranks=tuple(d.rank for d in self.group))
+                    joined=self.joined, bench_ranks=tuple(sorted(ranks)), call_ranks=by_call)
 
     def _call(self, parts: list[Call], ours: Call) -> Call:
         mine = {r.path: r for r in _records(ours)}

@@ -40,6 +40,62 @@ def stage_view(bench: Dump, stage: Dump, place: float = 0.0) -> Dump | None:
                 calls, [*bench.notes, note])
 
 
+def stages_joined(stages: list[Dump], whole: Dump) -> Dump | None:
+    """The bench ranks of consecutive pipeline stages (one TP position, first stage first) as
+    one process holding them all would name and order its calls, as ``whole`` (an NPU rank
+    with fewer stages) does: each stage's forward operations are found in order among the
+    whole's and take its names; the forwards come stage by stage, the backwards in reverse
+    (the last stage's first). None where a stage is not found after the one before."""
+    theirs, start = _forwards(whole), 0
+    named: list[dict[str, str]] = []
+    for stage in stages:
+        mine = _forwards(stage)
+        at = _segment(mine, theirs[start:], 0.0)
+        if at is None:
+            return None
+        at += start
+        names = _renamed(theirs[at:at + len(mine)], mine)  # the stage's -> whole's
+        inside = _collectives(stage, whole, theirs, at, len(mine))  # whole's -> stage's
+        named.append(names | {own: its for its, own in inside.items()})
+        start = at + len(mine)
+    _late_collectives(stages, whole, named)
+    forwards: list[Call] = []
+    backwards: list[Call] = []
+    ranks: dict[str, tuple[int, ...]] = {}
+    for stage, names in reversed(list(zip(stages, named, strict=True))):
+        calls = [_named(c, names) for c in stage.calls if _follows(c.name, names) is not None]
+        ranks.update((c.name, (stage.rank,)) for c in calls)
+        back = next((k for k, c in enumerate(calls) if c.direction != "forward"), len(calls))
+        forwards[:0] = calls[:back]
+        backwards += calls[back:]
+    calls = [replace(c, order=k) for k, c in enumerate(forwards + backwards)]
+    first = stages[0]
+    note = (f"bench ranks {', '.join(str(d.rank) for d in stages)}: pipeline stages joined as "
+            f"rank {whole.rank}'s one stage names them")
+    return Dump(first.path, first.framework, first.level, first.mode, first.step, first.rank,
+                calls, [*first.notes, note], bench_ranks=tuple(d.rank for d in stages),
+                call_ranks=ranks)
+
+
+def _late_collectives(stages: list[Dump], whole: Dump, named: list[dict[str, str]]) -> None:
+    """Collectives called during the backward (a column-parallel input's gradient all-reduced)
+    paired op by op in order, the last stage's first as the backward runs; where the counts
+    differ, none of that op."""
+    def late(dump: Dump) -> list[Call]:
+        back = next((c.order for c in dump.calls if c.direction != "forward"), None)
+        return [c for c in dump.calls if is_collective(c) and c.direction == "forward"
+                and back is not None and c.order > back]
+
+    theirs = late(whole)
+    mine = [(k, c) for k in reversed(range(len(stages))) for c in late(stages[k])]
+    for op in {c.op for c in theirs}:
+        ours = [(k, c) for k, c in mine if c.op == op]
+        others = [c for c in theirs if c.op == op]
+        if len(ours) == len(others):
+            for (k, c), other in zip(ours, others, strict=True):
+                named[k][c.name] = other.name
+
+
 def operations(dump: Dump) -> list[OpKey]:
     """The dump's forward operations in order, the layout's collectives left out."""
     return [_key(c) for c in _forwards(dump)]

@@ -13,7 +13,9 @@ from pytest_accuracy.compare.inputs_check import (
     batch_differs,
     lookups,
     out_of_vocabulary,
+    split_lookups,
 )
+from pytest_accuracy.dumps.model import Dump
 from pytest_accuracy.suite import RECORD_KEY, AccuracyError, AccuracyItem
 from pytest_accuracy.suite.state import STATE_KEY
 
@@ -28,7 +30,7 @@ def input_problems(cmp: Comparison) -> tuple[list[InputProblem], int, int]:
     """Every lookup past its table; per rank, the first step's batch against the bench's;
     with how many lookups and first batches were checked."""
     found = [p for key, dump in sorted(cmp.npu.dumps.items())
-             for p in out_of_vocabulary(dump, _shards(cmp, key))]
+             for p in _past_tables(cmp, key, dump)]
     looked = sum(len(lookups(dump)) for dump in cmp.npu)
     first = min(step for step, _ in cmp.npu.dumps)
     batches = 0
@@ -42,12 +44,18 @@ def input_problems(cmp: Comparison) -> tuple[list[InputProblem], int, int]:
     return found, looked, batches
 
 
-def _shards(cmp: Comparison, key: tuple[int, int]) -> frozenset[str]:
-    """The NPU calls that read a vocabulary shard, where the layouts differ (the bench's view
-    says which calls read a shard: partial ones, and those that complete inside)."""
+def _past_tables(cmp: Comparison, key: tuple[int, int], dump: Dump) -> list[InputProblem]:
+    """The rank's lookups past their tables, but for those into a vocabulary shard: where the
+    layouts differ, the bench's view says which (partial ones, and those that complete
+    inside); else the bench's lookup or the rank's TP peers show it (``split_lookups``)."""
     view = cmp.bench.dumps.get(key)
-    return frozenset(view.left_out) | frozenset(view.exchanges) if view is not None else \
+    shards = frozenset(view.left_out) | frozenset(view.exchanges) if view is not None else \
         frozenset()
+    found = out_of_vocabulary(dump, shards)
+    if not found:
+        return found
+    others = [d for (step, rank), d in cmp.npu.dumps.items() if step == key[0] and rank != key[1]]
+    return out_of_vocabulary(dump, shards | split_lookups(dump, others, view))
 
 
 class InputsItem(AccuracyItem):
