@@ -425,3 +425,30 @@ def test_a_split_record_is_read_as_json_reads_it(tmp_path: Path) -> None:
     with pytest.raises(AccuracyInputError) as error:
         node_record(msgspec.Raw(b"[" * 100_000 + b"]" * 100_000), path)
     assert error.value.problem == "JSON nests too deep to read"
+
+
+@pytest.mark.parametrize("text", [*_SAME_TREE, '[1, 2]', '"text"'],
+                         ids=range(len(_SAME_TREE) + 2))
+def test_items_read_one_at_a_time_are_what_json_reads(tmp_path: Path, text: str) -> None:
+    """stack.json is indexed from its top level's items, each value parsed as it is reached
+    (parse_json_items): the same keys in the same order and the same values as json.loads
+    gives (NaN literals, a key written twice, long integers); no items where the top level
+    is no object."""
+    from pytest_accuracy.dumps.jsonfile import parse_json_items
+
+    path = tmp_path / "stack.json"
+    expected = json.loads(text)
+    items = list(parse_json_items(path, text.encode()))
+    assert repr(items) == repr(list(expected.items()) if isinstance(expected, dict) else [])
+
+
+def test_items_of_bad_text_name_the_error_parsing_names(tmp_path: Path) -> None:
+    from pytest_accuracy.dumps.jsonfile import parse_json, parse_json_items
+
+    path = tmp_path / "stack.json"
+    for raw in (b'{"a": [1, 2,]}', b'{"a": "x\xff"}', b'{"a": 1' + b"0" * 200 + b"}"):
+        with pytest.raises(AccuracyInputError) as whole:
+            parse_json(path, raw)
+        with pytest.raises(AccuracyInputError) as items:
+            list(parse_json_items(path, raw))
+        assert items.value.problem == whole.value.problem

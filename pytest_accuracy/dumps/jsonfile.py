@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ else:
         framework: Any = None
 
     _DUMP_TOP = _msgspec.json.Decoder(_DumpTop)
+    _OBJECT_RAW = _msgspec.json.Decoder(dict[str, _msgspec.Raw])
 
 
 def read_json(path: Path, *, unique_nodes: bool = False) -> Any:
@@ -73,6 +75,29 @@ def node_record(value: Any, path: Path) -> Any:
         raise AccuracyInputError(path, f"not valid JSON ({exc})") from None
     except RecursionError:
         raise AccuracyInputError(path, "JSON nests too deep to read") from None
+
+
+def parse_json_items(path: Path, raw: bytes) -> Iterator[tuple[str, Any]]:
+    """The items of ``raw``'s top-level object (the text of ``path``), each value parsed as
+    it is reached: the whole tree of a large file (a 100k-node stack.json's is ~60 MB) is
+    never alive at once, only one value's. Where msgspec cannot split the text (NaN literals,
+    long numbers, bad text), parsed whole with ``parse_json``'s errors; a top level that is
+    no object has no items."""
+    top = None
+    if _msgspec is not None and not _long_number(raw):
+        try:
+            top = _OBJECT_RAW.decode(raw)
+            if not raw.isascii():  # msgspec checks the syntax of what it skips, not its bytes
+                raw.decode("utf-8")
+        except (_msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            top = None
+    if top is None:
+        doc = parse_json(path, raw)
+        yield from (doc.items() if isinstance(doc, dict) else ())
+        return
+    del raw
+    for key in list(top):
+        yield key, node_record(top.pop(key), path)
 
 
 def _split_records(raw: bytes) -> dict[str, Any] | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from pytest_accuracy.dumps.framework import infer_framework
 from pytest_accuracy.dumps.jsonfile import (
     check_json,
     node_record,
-    parse_json,
+    parse_json_items,
     read_bytes,
     read_dump_json,
     read_json,
@@ -109,7 +110,9 @@ def _dump_mode(doc: dict[str, Any], data: dict[str, Any], path: Path) -> DumpMod
 
 
 def _read_stacks(path: Path) -> StackIndex | None:
-    """stack.json read and parsed now (a bad one fails the dump), indexed when first asked."""
+    """stack.json read and parsed now (a bad one fails the dump), indexed when first asked
+    (its entries parsed one at a time: the whole tree was ~60 MB at 100k nodes). The loader
+    holds nothing of the dump: a dump released is freed at once, not at a cycle collection."""
     if not path.exists():
         return None
     raw = read_bytes(path)
@@ -117,7 +120,7 @@ def _read_stacks(path: Path) -> StackIndex | None:
     # the text is read again when a stack is first asked, not kept (8 MB a 100k-node side):
     # a file changed since is refused, not read as this dump's stacks
     digest = hashlib.blake2b(raw, digest_size=16).digest()
-    return StackIndex(lambda: _index_stacks(parse_json(path, _same_text(path, digest))))
+    return StackIndex(lambda: _index_stacks(parse_json_items(path, _same_text(path, digest))))
 
 
 def _same_text(path: Path, digest: bytes) -> bytes:
@@ -127,12 +130,12 @@ def _same_text(path: Path, digest: bytes) -> bytes:
     return raw
 
 
-def _index_stacks(doc: Any) -> dict[str, tuple[str, ...]]:
+def _index_stacks(items: Iterable[tuple[str, Any]]) -> dict[str, tuple[str, ...]]:
+    """Node name -> its frames, from stack.json's items."""
     stacks: dict[str, tuple[str, ...]] = {}
     # one tuple per distinct stack: a layer's calls repeat the same frames in every layer
     shared: dict[tuple[str, ...], tuple[str, ...]] = {}
-    entries = doc.values() if isinstance(doc, dict) else []
-    for entry in entries:
+    for _, entry in items:
         if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list):
             frames = tuple(str(f) for f in entry[1]) if isinstance(entry[1], list) else ()
             frames = shared.setdefault(frames, frames)

@@ -217,12 +217,19 @@ class AccuracyResults:
 
             self.nodes.sort(key=_order)
             carry_across_shards(self.nodes)
+        json_path = config.getoption("acc_json") or config.getini("acc_json")
+        report_dir = config.getoption("acc_report") or config.getini("acc_report")
+        from pytest_accuracy.suite.markdown_out import markdown_wanted, write_markdown
+
+        markdown = markdown_wanted(config)
+        state = config.stash.get(STATE_KEY, None)  # None: a run of a user's suite only
+        if state is not None and (json_path or report_dir or markdown):
+            state.release()  # the records hold what the outputs need: not the dump models
         settle_nodes(self.nodes, self.first)
         why = run_failure(self.nodes, self.passes) if session.exitstatus == 0 else None
         if why is None and session.exitstatus == 0 and not self.nodes and not self.passes:
             why = groups_unchecked(self.groups)
         if why is None and session.exitstatus == 0 and typed_setting(config, "strict_waivers"):
-            state = config.stash.get(STATE_KEY, None)
             stale = (stale_waivers(state.criteria.waivers, self.nodes, self.waivers_matched)
                      if state else [])
             why = f"--acc-strict-waivers: {stale[0]}" if stale else None
@@ -232,11 +239,6 @@ class AccuracyResults:
             _log_verdict_failure(session, why)
             exitstatus = int(session.exitstatus)
         _sort_failures(config)
-        json_path = config.getoption("acc_json") or config.getini("acc_json")
-        report_dir = config.getoption("acc_report") or config.getini("acc_report")
-        from pytest_accuracy.suite.markdown_out import markdown_wanted, write_markdown
-
-        markdown = markdown_wanted(config)
         if not (json_path or report_dir or markdown):
             return
         from pytest_accuracy.safe_io import AccuracyOutputError, folder_lock
@@ -263,9 +265,7 @@ class AccuracyResults:
         )
 
         self._in_order()
-        state = self.config.stash.get(STATE_KEY, None)  # None: a run of a user's suite only
-        if state is not None:
-            state.release()  # the records hold what the outputs need: not the dump models
+        state = self.config.stash.get(STATE_KEY, None)  # released: its layouts and criteria
         summary: dict[str, Any] = {"first_divergence": _public_first(self.first),
                                    "first_nonfinite": self.nonfinite,
                                    "coverage": self.coverage,
