@@ -59,7 +59,10 @@ class Provenance:
         return index if module is None else module
 
     def carrier_of(self, module: int) -> int | None:
-        """The first node whose divergence ``module``'s own code made, if any."""
+        """The first node whose divergence ``module``'s own code made, if any (only a module
+        call makes one: ``made_inside`` names modules; for any other node, no scan)."""
+        if self.entries[module][1].kind != "module":
+            return None
         for i in range(len(self.entries)):
             if self.first_flag_before[i] is not None:
                 break  # nothing after the first divergence is placed
