@@ -198,3 +198,24 @@ def test_messages_name_the_bench_ranks_each_npu_rank_met(pytester: pytest.Pytest
     assert (first["rank"], first["bench_ranks"]) == (3, [2, 3])
     result.stdout.fnmatch_lines([f"Outputs of {FC1} (step 0, rank 3) are not close to bench "
                                  f"{FC1} (bench ranks 2, 3)!"])
+
+
+def test_a_part_of_the_ranks_is_not_read_as_a_whole_run(pytester: pytest.Pytester) -> None:
+    """--acc-ranks=0,1 loads stage 0 of the TP=2 x PP=2 run alone: read from the dumps it
+    would look like a whole TP=2 run (it was inferred so, and compared with the whole bench
+    model). Now the layouts are read only when every rank is loaded; the summary says why
+    they were not and what to give; given, the part is compared shard by slice."""
+    result, said = _run(pytester, "mix", "tp2pp2_fc1_transposed", "tp1", "--acc-ranks=0,1")
+    assert result.ret == 1, said  # ranks by number: never a pass
+    text = result.stdout.str()
+    assert "Layouts differ" not in text
+    result.stdout.fnmatch_lines(["The NPU run has 4 ranks at step 0 and the bench 1: where "
+                                 "their parallel layouts differ, they are read from the dumps "
+                                 "only when every rank is loaded*--acc-npu-layout and "
+                                 "--acc-bench-layout*"])
+    result, said = _run(pytester, "mix", "tp2pp2_fc1_transposed", "tp1", "--acc-ranks=2,3",
+                        *GIVEN)
+    assert result.ret == 1
+    assert f"{FC1} (step 0, ranks 2, 3 joined" in said, said
+    result.stdout.fnmatch_lines(["Layouts differ: NPU tp=2,dp=1,pp=2 against bench "
+                                 "tp=1,dp=1,pp=1. *"])

@@ -218,9 +218,10 @@ class CoverageItem(AccuracyItem):
         state = self.config.stash[STATE_KEY]
         cmp: Comparison = state.comparison
         record, theirs = coverage_record(cmp, state.criteria.min_matched)
-        from pytest_accuracy.suite.summary import layouts_record
+        from pytest_accuracy.suite.summary import layouts_seen
 
-        self.stash[RECORD_KEY] = {**record, **layouts_record(state)}  # -n: for the controller
+        # -n: the layouts as this process saw them, for the controller's summary and document
+        self.stash[RECORD_KEY] = {**record, "layouts_seen": layouts_seen(state)}
         _write_inferred_mapping(self.config, cmp)
         problem = coverage_problem(cmp, record["coverage"], theirs)
         if problem:

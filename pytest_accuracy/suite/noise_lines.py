@@ -39,16 +39,18 @@ def learned_lines(nodes: list[dict[str, Any]], criteria: Any = None) -> list[str
 
 def layout_lines(state: Any, seen: dict[str, Any] | None = None) -> list[str]:
     """Which bench ranks each NPU rank was compared with, where the layouts differ: this
-    process's, or those the process that compared them recorded (``seen``: -n workers)."""
+    process's, or those the process that compared them recorded (``seen``: -n workers); or
+    why they were not read, where a part of the ranks was loaded."""
     from pytest_accuracy.pairing.layouts import bench_ranks, parse_layout
 
     layouts = getattr(state, "layouts", None) if state is not None else None
     inferred = getattr(state, "inferred", None) if layouts else None
-    if not layouts and seen:
+    if not layouts and seen and seen.get("npu"):
         layouts = parse_layout(str(seen["npu"])), parse_layout(str(seen["bench"]))
         inferred = (None, None, seen["inferred"]) if seen.get("inferred") else None
     if not layouts:
-        return []
+        unread = getattr(state, "unread_layouts", None) or (seen or {}).get("unread")
+        return [unread] if unread else []
     mine, theirs = layouts
     why = f" ({inferred[2]}; give --acc-npu-layout and --acc-bench-layout to say otherwise)" \
         if inferred and not getattr(state, "given_layouts", None) else ""

@@ -30,6 +30,9 @@ class SuiteState:
     bench: Path | None
     # (NPU layout, bench layout, why) read from the dumps where none was given
     inferred: tuple[Layout, Layout, str] | None = field(default=None, init=False)
+    # why the layouts were not read from the dumps, where a part of the ranks was loaded and
+    # the runs' rank counts differ (ranks then meet by number)
+    unread_layouts: str | None = field(default=None, init=False)
 
     @property
     def has_dumps(self) -> bool:
@@ -98,8 +101,10 @@ class SuiteState:
         wanted = self._bench_ranks(npu)
         bench = self._load(self.bench, wanted if wanted is not None
                            else {rank} if rank is not None else None)
-        if self.layouts is None and rank is None:
-            self._infer(npu, bench)
+        if self.layouts is None and rank is None and _every_rank(npu, self.npu):
+            self._infer(npu, bench)  # from a part, a stage's ranks would read as a whole run
+        elif self.layouts is None:
+            self.unread_layouts = _unread_layouts(self.npu, self.bench)
         same = same_run(npu, bench) if self.layouts is None else None
         if same:
             _refuse(same, self.npu, rank)
@@ -182,7 +187,9 @@ class SuiteState:
         dumps = load_dumps(path, steps=steps, ranks=ranks)
         if not dumps.dumps and (steps is not None or ranks is not None):
             every = load_dumps(path).keys()
-            raise pytest.UsageError(_empty_selection(path, steps, ranks, every))
+            hint = _unread_layouts(self.npu, self.bench) if self.npu and self.bench else None
+            raise pytest.UsageError(_empty_selection(path, steps, ranks, every)
+                                    + (f" {hint}" if hint and self.layouts is None else ""))
         return dumps
 
     def pairing(self) -> Pairing | None:
@@ -194,6 +201,38 @@ class SuiteState:
         from pytest_accuracy.suite.registry import extra_groups
 
         yield from extra_groups(self.config)
+
+
+def _every_rank(dumps: DumpSet, path: Path) -> bool:
+    """Whether ``dumps`` holds every rank the run at ``path`` has at its first step loaded
+    (its folders read; a dump that is no msprobe folder tree: taken as whole)."""
+    from pytest_accuracy.dumps.layout import dump_files
+
+    keys = dumps.keys()
+    files = dump_files(path) if keys else None
+    if not files:
+        return True
+    step = keys[0][0]
+    return {r for s, r in keys if s == step} >= {r for s, r, _ in files if s == step}
+
+
+def _unread_layouts(npu: Path, bench: Path) -> str | None:
+    """Where the runs' rank counts differ (their folders alone read): the layouts may differ,
+    and a part of the ranks does not tell (inference reads every rank)."""
+    from pytest_accuracy.dumps.layout import dump_files
+
+    mine, theirs = dump_files(npu), dump_files(bench)
+    if not mine or not theirs:
+        return None
+    step = min(s for s, _, _ in mine)
+    counts = [len({r for s, r, _ in files if s == step}) for files in (mine, theirs)]
+    if counts[0] == counts[1] or not counts[1]:
+        return None
+    return (f"The NPU run has {counts[0]} rank{'s' if counts[0] > 1 else ''} at step {step} "
+            f"and the bench {counts[1]}: where their parallel layouts differ, they are read "
+            "from the dumps only when every rank is loaded (not with --acc-ranks or rank "
+            "items), so ranks meet by number here; give --acc-npu-layout and "
+            "--acc-bench-layout (e.g. tp=2,pp=2 and tp=1) to compare shard by slice.")
 
 
 def _staged(dumps: DumpSet) -> bool:

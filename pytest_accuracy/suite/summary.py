@@ -102,7 +102,7 @@ class AccuracyResults:
         if "coverage" in record:
             self.coverage = record["coverage"]
             # the layouts as the process that compared saw them (-n: a worker)
-            self.layouts = record.get("layouts") or self.layouts
+            self.layouts = record.get("layouts_seen") or self.layouts
             self.nonfinite = record.get("first_nonfinite")
             self.compared_on = record.get("compared_on")
         elif "group" in record:
@@ -270,7 +270,8 @@ class AccuracyResults:
                                    "first_nonfinite": self.nonfinite,
                                    "coverage": self.coverage,
                                    **(layouts_record(state) or (
-                                       {"layouts": self.layouts} if self.layouts else {})),
+                                       {"layouts": self.layouts} if self.layouts
+                                       and self.layouts.get("npu") else {})),
                                    **({"compared_on": self.compared_on} if self.compared_on
                                       else {})}
         sections: dict[str, Any] = {"compare": compare_section(self.nodes, summary)
@@ -300,9 +301,19 @@ def layouts_record(state: Any) -> dict[str, Any]:
     layouts = getattr(state, "layouts", None) if state is not None else None
     if not layouts:
         return {}
+    return {"layouts": layouts_seen(state)}
+
+
+def layouts_seen(state: Any) -> dict[str, Any]:
+    """The layouts as the process that compared saw them, for the controller (-n): as used,
+    or why they were not read."""
+    layouts = getattr(state, "layouts", None) if state is not None else None
+    if not layouts:
+        unread = getattr(state, "unread_layouts", None) if state is not None else None
+        return {"unread": unread} if unread else {}
     inferred = None if state.given_layouts else state.inferred
-    return {"layouts": {"npu": str(layouts[0]), "bench": str(layouts[1]),
-                        "inferred": inferred[2] if inferred else None}}
+    return {"npu": str(layouts[0]), "bench": str(layouts[1]),
+            "inferred": inferred[2] if inferred else None}
 
 
 def _compare_criteria(config: pytest.Config, state: Any) -> dict[str, Any]:
