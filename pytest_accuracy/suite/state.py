@@ -104,7 +104,7 @@ class SuiteState:
         if self.layouts is None and rank is None and _every_rank(npu, self.npu):
             self._infer(npu, bench)  # from a part, a stage's ranks would read as a whole run
         elif self.layouts is None:
-            self.unread_layouts = _unread_layouts(self.npu, self.bench)
+            self.unread_layouts = self._unread_hint
         same = same_run(npu, bench) if self.layouts is None else None
         if same:
             _refuse(same, self.npu, rank)
@@ -187,10 +187,16 @@ class SuiteState:
         dumps = load_dumps(path, steps=steps, ranks=ranks)
         if not dumps.dumps and (steps is not None or ranks is not None):
             every = load_dumps(path).keys()
-            hint = _unread_layouts(self.npu, self.bench) if self.npu and self.bench else None
+            hint = self._unread_hint if self.npu and self.bench else None
             raise pytest.UsageError(_empty_selection(path, steps, ranks, every)
                                     + (f" {hint}" if hint and self.layouts is None else ""))
         return dumps
+
+    @cached_property
+    def _unread_hint(self) -> str | None:
+        """``_unread_layouts`` of the two runs, once a process (rank items ask it each)."""
+        assert self.npu is not None and self.bench is not None
+        return _unread_layouts(self.npu, self.bench)
 
     def pairing(self) -> Pairing | None:
         from pytest_accuracy.suite.pairing import choose_pairing
