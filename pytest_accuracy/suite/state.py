@@ -101,7 +101,8 @@ class SuiteState:
         wanted = self._bench_ranks(npu)
         bench = self._load(self.bench, wanted if wanted is not None
                            else {rank} if rank is not None else None)
-        if self.layouts is None and rank is None and _every_rank(npu, self.npu):
+        if self.layouts is None and rank is None and _every_rank(npu, self.npu) and (
+                _every_rank(bench, self.bench)):
             self._infer(npu, bench)  # from a part, a stage's ranks would read as a whole run
         elif self.layouts is None:
             self.unread_layouts = self._unread_hint
@@ -211,7 +212,8 @@ class SuiteState:
 
 def _every_rank(dumps: DumpSet, path: Path) -> bool:
     """Whether ``dumps`` holds every rank the run at ``path`` has at its first step loaded
-    (its folders read; a dump that is no msprobe folder tree: taken as whole)."""
+    (its folders read; a dump that is no msprobe folder tree: taken as whole; nothing
+    loaded: nothing to infer from, whole)."""
     from pytest_accuracy.dumps.layout import dump_files
 
     keys = dumps.keys()
