@@ -147,3 +147,18 @@ def test_ids_past_a_vocabulary_shard_are_the_layouts_not_the_data(
                                 f"--acc-bench={DATA / 'L0' / BENCH}", "-p", "no:cacheprovider",
                                 "-k", "inputs", "-rA")
     result.stdout.fnmatch_lines(["PASSED accuracy::compare::inputs*"])
+
+
+def test_a_vocabulary_shard_is_told_from_a_replicated_table() -> None:
+    """Ids past the table are a shard's only where the bench's module reads alike, or where
+    the rank's peers read the same ids from tables of other rows: a peer with the same table
+    (a replicated embedding, which a wrong tokenizer overruns on every rank) does not count."""
+    from pytest_accuracy.compare.inputs_check import split_lookups
+
+    dumps = load_dumps(str(DATA / "L0" / "tp2")).dumps
+    mine, peer = dumps[(0, 0)], dumps[(0, 1)]
+    assert split_lookups(mine, [peer], None) == {EMBED}
+    replicated = load_dumps(str(DATA / "L0" / "tp2"), ranks=[0]).dumps[(0, 0)]
+    assert split_lookups(mine, [replicated], None) == frozenset()
+    bench = load_dumps(str(DATA / "L0" / BENCH), ranks=[0]).dumps[(0, 0)]
+    assert split_lookups(mine, [], bench) == {EMBED}

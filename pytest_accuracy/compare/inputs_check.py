@@ -22,6 +22,7 @@ class Lookup:
     call: Call
     ids: TensorRecord
     rows: int
+    table: TensorRecord | None = None
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ def lookups(dump: Dump) -> list[Lookup]:
         table = next((r for r in call.input_tensors + call.parameters
                       if is_float_dtype(r.dtype) and len(r.shape) == 2), None)
         if ids is not None and table is not None:
-            found.append(Lookup(call, ids, table.shape[0]))
+            found.append(Lookup(call, ids, table.shape[0], table))
     return found
 
 
@@ -74,16 +75,18 @@ def out_of_vocabulary(dump: Dump, shards: frozenset[str] = frozenset()) -> list[
 
 def split_lookups(dump: Dump, others: list[Dump], bench: Dump | None) -> frozenset[str]:
     """The lookups of ``dump`` into a vocabulary shard, whose ids index the whole vocabulary
-    (a vocabulary-parallel embedding module masks the ids that are not its own): those the
-    bench's lookup of that name makes alike (past a table of the same rows), and those whose
-    ids ``others`` (the run's other ranks at the step) read too, from tables of the same rows
-    that together have room for them."""
+    (a vocabulary-parallel embedding module masks the ids that are not its own; a lookup an
+    API makes, MindSpore's Gather that reads past its table as zeros, never is): module
+    lookups the bench's lookup of that name makes alike (past a table of the same rows), and
+    those whose ids ``others`` (the run's other ranks at the step) read too, from tables of
+    the same rows but other values (shards, not a replicated table) that together have room
+    for them."""
     theirs = {k.call.name: k for k in lookups(bench)} if bench is not None else {}
     peers = [k for other in others for k in lookups(other)]
     found = set()
     for lookup in lookups(dump):
         high = lookup.ids.stats.max
-        if high is None or high < lookup.rows:
+        if high is None or high < lookup.rows or lookup.call.kind != "module":
             continue
         twin = theirs.get(lookup.call.name)
         if twin is not None and twin.rows == lookup.rows and (
@@ -91,10 +94,16 @@ def split_lookups(dump: Dump, others: list[Dump], bench: Dump | None) -> frozens
             found.add(lookup.call.name)
             continue
         alike = 1 + sum(1 for k in peers if k.call.name == lookup.call.name
-                        and k.rows == lookup.rows and _same_ids(k.ids, lookup.ids) is not False)
+                        and k.rows == lookup.rows and _same_ids(k.ids, lookup.ids) is not False
+                        and _other_rows(k.table, lookup.table))
         if high < alike * lookup.rows:
             found.add(lookup.call.name)
     return frozenset(found)
+
+
+def _other_rows(a: TensorRecord | None, b: TensorRecord | None) -> bool:
+    """Two tables of other values (two shards of a vocabulary), by their statistics."""
+    return a is not None and b is not None and tuple(a.stats) != tuple(b.stats)
 
 
 def batch_differs(npu: Dump, bench: Dump) -> tuple[InputProblem | None, bool]:
