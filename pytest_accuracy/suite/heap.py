@@ -47,6 +47,7 @@ class HeapSettings:
             young, middle, full = self.saved
             gc.set_threshold(young, middle, max(full, RUN_FULL_EVERY))
             _ACTIVE.append(self)
+            _restore_at_exit()
         # pytest's last gc.collect() is a cleanup of its unraisable-exception check, run
         # after every unconfigure hook: thawed before it, it walked the whole run's heap
         # again (0.4 s at 20,000 nodes). Cleanups run last in, first out, and this one is
@@ -92,6 +93,22 @@ def _runs_compare(session: pytest.Session) -> bool:
 
     types = light_types()
     return bool(types) and any(type(i) in types for i in session.items)
+
+
+_RESTORE_AT_EXIT: list[bool] = []
+
+
+def _restore_at_exit() -> None:
+    """Once per process: the collector's settings restored at exit where no unconfigure did
+    (an xdist worker that its controller shut down while it was still unconfiguring)."""
+    if not _RESTORE_AT_EXIT:
+        _RESTORE_AT_EXIT.append(True)
+        atexit.register(_restore_unconfigured)
+
+
+def _restore_unconfigured() -> None:
+    if _ACTIVE:
+        gc.set_threshold(*_ACTIVE[0].saved)
 
 
 def _freeze_at_exit() -> None:
