@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DUMPS = ROOT / "example_data" / "dumps"
@@ -31,3 +35,16 @@ def rerun(source: Path, where: Path) -> Path:
             # a statistics rerun may write the very same bytes: this one is formatted apart
             path.write_text(text if text != path.read_text() else json.dumps(doc, indent=2))
     return target
+
+
+def compare_pair(pytester: pytest.Pytester, npu: Path, bench: Path, *flags: str
+                 ) -> tuple[pytest.RunResult, str]:
+    """A compare run in process, and the line that gives its verdict: the first divergence,
+    or "No divergence" (else the output's tail, for the assertion's message)."""
+    import re
+
+    result = pytester.runpytest(f"--acc-npu={npu}", f"--acc-bench={bench}", "-p",
+                                "no:cacheprovider", *flags)
+    text = result.stdout.str()
+    found = re.search(r"^(First divergence.*|No divergence.*)$", text, re.M)
+    return result, found.group(1) if found else text[-2000:]

@@ -8,7 +8,6 @@ one bench rank that made the node, with the layouts given or inferred."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from pytest_accuracy.dumps.layout import load_dumps
 from pytest_accuracy.pairing.layouts import Layout, bench_ranks, layouts_problem
 from pytest_accuracy.pairing.stages import stages_joined
+from tests.helpers import compare_pair
 
 DATA = Path(__file__).parent / "data" / "real" / "layouts_pp"
 BENCH = "tp2pp2"
@@ -57,12 +57,7 @@ def test_two_stages_are_joined_under_the_names_one_stage_gives_them() -> None:
 
 def _run(pytester: pytest.Pytester, level: str, npu: str, *flags: str
          ) -> tuple[pytest.RunResult, str]:
-    result = pytester.runpytest(f"--acc-npu={DATA / level / npu}",
-                                f"--acc-bench={DATA / level / BENCH}", "-p", "no:cacheprovider",
-                                *flags)
-    text = result.stdout.str()
-    found = re.search(r"^(First divergence.*|No divergence.*)$", text, re.M)
-    return result, found.group(1) if found else text[-2000:]
+    return compare_pair(pytester, DATA / level / npu, DATA / level / BENCH, *flags)
 
 
 def _given(npu: str) -> tuple[str, ...]:

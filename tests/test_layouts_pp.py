@@ -7,7 +7,6 @@ inferred."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from pytest_accuracy.dumps.layout import load_dumps
 from pytest_accuracy.pairing.layouts import Layout, bench_ranks, layouts_problem, stage_place
 from pytest_accuracy.pairing.stages import stage_view
+from tests.helpers import compare_pair
 
 DATA = Path(__file__).parent / "data" / "real" / "layouts_pp"
 GIVEN = ("--acc-npu-layout=tp=2,pp=2", "--acc-bench-layout=tp=1")
@@ -52,12 +52,7 @@ def test_a_stage_sees_the_bench_calls_it_makes_under_its_own_names() -> None:
 
 def _run(pytester: pytest.Pytester, level: str, npu: str, bench: str, *flags: str
          ) -> tuple[pytest.RunResult, str]:
-    result = pytester.runpytest(f"--acc-npu={DATA / level / npu}",
-                                f"--acc-bench={DATA / level / bench}", "-p", "no:cacheprovider",
-                                *flags)
-    text = result.stdout.str()
-    found = re.search(r"^(First divergence.*|No divergence.*)$", text, re.M)
-    return result, found.group(1) if found else text[-2000:]
+    return compare_pair(pytester, DATA / level / npu, DATA / level / bench, *flags)
 
 
 @pytest.mark.parametrize("flags", [(), GIVEN], ids=["inferred", "given"])

@@ -177,5 +177,5 @@ class SpooledRecord(MutableMapping[str, Any]):
         return self.materialize()
 
 
-_PLACE = {k: i for i, k in enumerate(HEAD)}
+_PLACE = frozenset(HEAD)
 _SPOOLED = object()  # a head value left in the spool (a tolerance that is not flat)

@@ -14,6 +14,7 @@ from pytest_accuracy.switches import env_switch
 # Young-generation passes between two heap-wide ones in a compare run (CPython's default: 10).
 RUN_FULL_EVERY = 1000
 _FROZEN_AT_EXIT: list[bool] = []
+_RESTORE_AT_EXIT: list[bool] = []
 # The HeapSettings of the run now configured, while it has its settings on (empty otherwise).
 _ACTIVE: list[HeapSettings] = []
 
@@ -93,9 +94,6 @@ def _runs_compare(session: pytest.Session) -> bool:
 
     types = light_types()
     return bool(types) and any(type(i) in types for i in session.items)
-
-
-_RESTORE_AT_EXIT: list[bool] = []
 
 
 def _restore_at_exit() -> None:
