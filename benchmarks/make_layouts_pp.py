@@ -94,7 +94,15 @@ RUNS: dict[str, tuple[int, int, str | None]] = {  # name -> (tp, pp, bug)
     "tp4_no_allreduce": (4, 1, "no_allreduce"),
     "tp4_vocab_split": (4, 1, "vocab_split"),
 }
-BUG_RANKS = {"fc1_transposed": 3, "no_allreduce": 3, "vocab_split": 1}
+# data-parallel runs: name -> (tp, dp, bug); one stage, the batch's B rows split over DP
+DP_RUNS: dict[str, tuple[int, int, str | None]] = {
+    "dp2": (1, 2, None), "tp2dp2": (2, 2, None),
+    "dp2_grad_not_reduced": (1, 2, "grad_not_reduced"),
+    "dp2_rows_repeated": (1, 2, "rows_repeated"),
+    "tp2dp2_fc1_transposed": (2, 2, "fc1_transposed"),
+}
+BUG_RANKS = {"fc1_transposed": 3, "no_allreduce": 3, "vocab_split": 1, "grad_not_reduced": 1,
+             "rows_repeated": 1}
 
 
 def bug_rank(bug: str, world: int) -> int:
@@ -104,21 +112,27 @@ def bug_rank(bug: str, world: int) -> int:
 
 @dataclass(frozen=True)
 class Layout:
-    """One rank's place: TP x PP with DP=1, ``rank = tp_rank + tp * pp_rank``."""
+    """One rank's place: ``rank = tp_rank + tp * (dp_rank + dp * pp_rank)`` (Megatron's)."""
 
     rank: int
     tp: int
     pp: int
     group: Any  # this rank's TP group (None at TP=1)
     pp_group: Any  # this rank's pipeline group, e.g. [1, 3] (None at PP=1)
+    dp: int = 1
+    dp_group: Any = None  # this rank's data-parallel group (None at DP=1)
 
     @property
     def tp_rank(self) -> int:
         return self.rank % self.tp
 
     @property
+    def dp_rank(self) -> int:
+        return self.rank // self.tp % self.dp
+
+    @property
     def pp_rank(self) -> int:
-        return self.rank // self.tp
+        return self.rank // (self.tp * self.dp)
 
     @property
     def first(self) -> bool:
@@ -190,59 +204,88 @@ class StageModel(torch.nn.Module):
 
 # --- driver ----------------------------------------------------------------------------------
 
-def groups(rank: int, world: int, tp: int) -> tuple[Any, Any]:
-    """This rank's TP and PP groups (None where of size 1). Every rank creates every group in the
-    same order: TP groups [s*tp, (s+1)*tp), then PP groups [t, t+tp, ...] (Megatron's)."""
+def groups(rank: int, world: int, tp: int, dp: int = 1) -> tuple[Any, Any, Any]:
+    """This rank's TP, PP and DP groups (None where of size 1). Every rank creates every group
+    in the same order: TP groups of consecutive ranks, then PP groups (the ranks of one TP and
+    DP place, Megatron's [t, t+tp*dp, ...]), then DP groups (one TP place of one stage)."""
+    inner = tp * dp
     tp_lists = [list(range(s, s + tp)) for s in range(0, world, tp)] if tp > 1 else []
-    pp_lists = [list(range(t, world, tp)) for t in range(tp)] if world > tp else []
-    tp_groups = [dist.new_group(ranks) for ranks in tp_lists]
-    pp_groups = [dist.new_group(ranks) for ranks in pp_lists]
-    mine_tp = next((g for r, g in zip(tp_lists, tp_groups, strict=True) if rank in r), None)
-    mine_pp = next((g for r, g in zip(pp_lists, pp_groups, strict=True) if rank in r), None)
-    return mine_tp, mine_pp
+    pp_lists = [list(range(t, world, inner)) for t in range(inner)] if world > inner else []
+    dp_lists = [[s + t + tp * d for d in range(dp)] for s in range(0, world, inner)
+                for t in range(tp)] if dp > 1 else []
+    made = [[dist.new_group(ranks) for ranks in lists] for lists in (tp_lists, pp_lists, dp_lists)]
+    mine = [next((g for r, g in zip(lists, gs, strict=True) if rank in r), None)
+            for lists, gs in zip((tp_lists, pp_lists, dp_lists), made, strict=True)]
+    return mine[0], mine[1], mine[2]
 
 
-def pipeline_step(model: StageModel, lay: Layout) -> torch.Tensor | None:
-    """Forward and backward of one micro-batch; returns the loss on the last stage."""
+def rows(lay: Layout, bug: str | None) -> slice:
+    """The batch rows this rank reads: its DP rank's share (``rows_repeated``: rank 0's)."""
+    per = B // lay.dp
+    start = 0 if bug == "rows_repeated" else lay.dp_rank * per
+    return slice(start, start + per)
+
+
+def pipeline_step(model: StageModel, lay: Layout, bug: str | None = None
+                  ) -> torch.Tensor | None:
+    """Forward and backward of one micro-batch (this DP rank's rows of the batch, its loss
+    their mean); returns the loss on the last stage."""
     ids, y = batch()
+    ids, y = ids[rows(lay, bug)], y[rows(lay, bug)]
     if lay.first:
         x = ids
     else:
-        x = torch.empty(B, T, D)
+        x = torch.empty(len(ids), T, D)
         # the activation from the same tp_rank of stage 0; src/dst are global ranks
-        dist.recv(x, src=lay.rank - lay.tp, group=lay.pp_group)
+        dist.recv(x, src=lay.rank - lay.tp * lay.dp, group=lay.pp_group)
         x.requires_grad_()
     out = model(x)
     if not lay.last:
-        dist.send(out.detach(), dst=lay.rank + lay.tp, group=lay.pp_group)
+        dist.send(out.detach(), dst=lay.rank + lay.tp * lay.dp, group=lay.pp_group)
         grad = torch.empty_like(out)
-        dist.recv(grad, src=lay.rank + lay.tp, group=lay.pp_group)
+        dist.recv(grad, src=lay.rank + lay.tp * lay.dp, group=lay.pp_group)
         out.backward(grad)
         return None
     loss = F.cross_entropy(out.reshape(-1, V), y.reshape(-1))
     loss.backward()
     if not lay.first:
         assert x.grad is not None
-        dist.send(x.grad, dst=lay.rank - lay.tp, group=lay.pp_group)
+        dist.send(x.grad, dst=lay.rank - lay.tp * lay.dp, group=lay.pp_group)
     return loss
 
 
+def reduce_grads(model: StageModel, lay: Layout, bug: str | None) -> None:
+    """The data-parallel gradient all-reduce (mean over DP ranks), outside the dump window as
+    Megatron's DDP runs it after the backward; ``grad_not_reduced``: this rank joins the
+    all-reduce but steps with its own gradients."""
+    for param in model.parameters():
+        assert param.grad is not None
+        reduced = param.grad.clone()
+        dist.all_reduce(reduced, group=lay.dp_group)
+        if bug != "grad_not_reduced":
+            param.grad.copy_(reduced / lay.dp)
+
+
 def worker(rank: int, world: int, tp: int, bug: str | None, level: str, dump_path: str,
-           port: int) -> None:
+           port: int, dp: int = 1) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    lay = Layout(rank, tp, world // tp, *groups(rank, world, tp))
-    model = StageModel(lay, bug if bug is not None and bug_rank(bug, world) == rank else None)
+    tp_group, pp_group, dp_group = groups(rank, world, tp, dp)
+    lay = Layout(rank, tp, world // (tp * dp), tp_group, pp_group, dp, dp_group)
+    mine = bug if bug is not None and bug_rank(bug, world) == rank else None
+    model = StageModel(lay, mine)
     debugger = make_debugger(LEVELS[level], dump_path, f"{level}_{rank}")
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     losses = []
     for _ in range(STEPS):
         debugger.start(model)
-        loss = pipeline_step(model, lay)
+        loss = pipeline_step(model, lay, mine)
         debugger.stop()
         debugger.step()
+        if dp > 1:
+            reduce_grads(model, lay, mine)
         opt.step()
         opt.zero_grad()
         if loss is not None:
@@ -255,13 +298,15 @@ def worker(rank: int, world: int, tp: int, bug: str | None, level: str, dump_pat
 
 def generate(level: str, name: str, keep_stack: bool) -> dict[int, list[float]]:
     """One run at one level under level/name; returns rank -> per-step loss."""
-    tp, pp, bug = RUNS[name]
+    tp, pp, dp, bug = (*RUNS[name][:2], 1, RUNS[name][2]) if name in RUNS else (
+        DP_RUNS[name][0], 1, DP_RUNS[name][1], DP_RUNS[name][2])
     root = Path(level, name)
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    mp.spawn(worker, args=(tp * pp, tp, bug, level, str(root), free_port()), nprocs=tp * pp)
+    world = tp * pp * dp
+    mp.spawn(worker, args=(world, tp, bug, level, str(root), free_port(), dp), nprocs=world)
     per_rank = {}
-    for r in range(tp * pp):
+    for r in range(world):
         f = root / f".loss_{r}.json"
         if f.exists():
             per_rank[r] = json.loads(f.read_text())
@@ -276,7 +321,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--keep-stack", action="store_true", help="keep msprobe's stack.json files")
-    ap.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(RUNS),
+    ap.add_argument("--runs", nargs="+", choices=[*RUNS, *DP_RUNS], default=list(RUNS),
                     help="only these runs (losses.json then holds only theirs)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

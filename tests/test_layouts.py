@@ -148,9 +148,11 @@ def _without_data(node: object) -> object:
 
 @pytest.mark.parametrize(("flags", "message"), [
     (("--acc-bench-layout=tp=1",), "*--acc-bench-layout needs --acc-npu-layout*"),
-    ((L_TP2, "--acc-bench-layout=tp=1,dp=4"), "*differ in dp: each rank's data must be the "
-                                              "same on both sides*"),
-    (("--acc-npu-layout=tp=2", L_TP1), "*differ in dp*"),
+    ((L_TP2, "--acc-bench-layout=tp=1,dp=3"), "*has dp=2, the bench * dp=3: a DP rank of one "
+                                              "must read whole parts of the batch of the other*"),
+    (("--acc-npu-layout=tp=2,dp=2", "--acc-bench-layout=tp=1"),
+     "*splits the batch and the model by the same ratio against the bench*"),
+    (("--acc-npu-layout=tp=2,dp=2", "--acc-bench-layout=tp=2,pp=2"), "*differ in both dp and pp*"),
     (("--acc-npu-layout=tp=2,pp=2", "--acc-bench-layout=tp=1,pp=3"),
      "*a stage of one must hold whole stages of the other*"),
     (("--acc-npu-layout=tp=1,dp=2", "--acc-bench-layout=tp=2,dp=2"),

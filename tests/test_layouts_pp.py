@@ -29,7 +29,8 @@ def test_bench_ranks_and_places_of_a_two_stage_run() -> None:
     assert layouts_problem(npu, tp1) is None
     assert "a stage of one must hold whole stages of the other" in str(
         layouts_problem(Layout(pp=2), Layout(pp=3)))
-    assert "differ in dp" in str(layouts_problem(Layout(dp=2), Layout(dp=1)))
+    assert layouts_problem(Layout(dp=2), Layout(dp=1)) is None
+    assert "one dp a divisor of the other" in str(layouts_problem(Layout(dp=2), Layout(dp=3)))
 
 
 def test_a_stage_sees_the_bench_calls_it_makes_under_its_own_names() -> None:

@@ -383,11 +383,13 @@ class Comparison:
         """A call whose output is a partial value left out (another layout's) still reads
         its own shards (a vocabulary-parallel lookup's table): one that is not the bench's
         slice fails the node, with that input as its difference."""
-        from pytest_accuracy.pairing.shard_records import ShardRecord
+        from pytest_accuracy.pairing.shard_records import BatchRecord, ShardRecord
+
+        def shard(record: object) -> bool:
+            return isinstance(record, ShardRecord) and not isinstance(record, BatchRecord)
 
         theirs = {r.path: r for r in bench.input_tensors}
-        shards = [r for r in call.input_tensors
-                  if isinstance(r, ShardRecord) or isinstance(theirs.get(r.path), ShardRecord)]
+        shards = [r for r in call.input_tensors if shard(r) or shard(theirs.get(r.path))]
         judged = compare_all(shards, bench, dtype, criteria) if shards else []
         if any(not t.ok for t in judged):
             result.outputs, result.status, result.reason = judged, "fail", ""

@@ -51,12 +51,15 @@ def bench_ranks(npu: Layout, bench: Layout, rank: int) -> list[int]:
     TP group where the data (dp) is the same, in the bench stage that holds the NPU's (a
     bench of fewer pipeline stages holds several of the NPU's in one; of more, the NPU's
     stage is several of the bench's: their ranks stage by stage)."""
+    from pytest_accuracy.pairing.data_parallel import dp_sources
+
     tp_rank, dp_rank, pp_rank = npu.coords(rank)
     first = tp_rank * bench.tp // npu.tp
     last = max(first, (tp_rank + 1) * bench.tp // npu.tp - 1) if bench.tp >= npu.tp else first
     per = max(1, bench.pp // npu.pp)
     stages = range(pp_rank * bench.pp // npu.pp, pp_rank * bench.pp // npu.pp + per)
-    return [bench.rank(j, dp_rank, s) for s in stages for j in range(first, last + 1)]
+    return [bench.rank(j, e, s) for s in stages for e in dp_sources(npu, bench, dp_rank)
+            for j in range(first, last + 1)]
 
 
 def stage_place(npu: Layout, bench: Layout, rank: int) -> float:
@@ -67,9 +70,17 @@ def stage_place(npu: Layout, bench: Layout, rank: int) -> float:
 
 def layouts_problem(npu: Layout, bench: Layout) -> str | None:
     """Why the two layouts cannot be compared rank by rank, else None."""
-    if npu.dp != bench.dp:
-        return (f"the NPU layout {npu} and the bench layout {bench} differ in dp: each rank's "
-                "data must be the same on both sides")
+    if npu.dp % bench.dp and bench.dp % npu.dp:
+        return (f"the NPU layout {npu} has dp={npu.dp}, the bench {bench} dp={bench.dp}: a DP "
+                "rank of one must read whole parts of the batch of the other (one dp a "
+                "divisor of the other)")
+    if npu.dp != bench.dp and npu.pp != bench.pp:
+        return (f"the NPU layout {npu} and the bench layout {bench} differ in both dp and pp: "
+                "compare runs that differ in one of them")
+    if npu.dp != bench.dp and npu.tp != bench.tp and bench.tp * npu.dp == npu.tp * bench.dp:
+        return (f"the NPU layout {npu} splits the batch and the model by the same ratio against "
+                f"the bench {bench}: a tensor smaller on one dimension could be either; compare "
+                "against a bench at the NPU's tp or dp")
     if npu.pp % bench.pp and bench.pp % npu.pp:
         return (f"the NPU layout {npu} has pp={npu.pp}, the bench {bench} pp={bench.pp}: a stage "
                 "of one must hold whole stages of the other (one pp a divisor of the other)")

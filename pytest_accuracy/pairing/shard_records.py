@@ -15,17 +15,18 @@ from pytest_accuracy.dumps.stats import Stats
 
 class ShardRecord(TensorRecord):
     """A record made of bench records: the slice ``span`` along ``axis`` of their
-    concatenation."""
+    concatenation, times ``scale`` (a gradient of a loss averaged over another batch)."""
 
-    __slots__ = ("_axis", "_parts", "_span", "_stats")
+    __slots__ = ("_axis", "_parts", "_scale", "_span", "_stats")
 
     def __init__(self, template: TensorRecord, shape: tuple[int, ...],
                  parts: Sequence[TensorRecord], axis: int, span: tuple[int, int],
-                 stats: Stats) -> None:
+                 stats: Stats, scale: float = 1.0) -> None:
+        stats = _scaled(stats, scale)
         super().__init__(template.path, template.role, template.dtype, template.raw_dtype,
                          shape, RecordSource(stats, None, template.dump_json, template.confine),
                          requires_grad=template.requires_grad)
-        self._parts, self._axis, self._span = tuple(parts), axis, span
+        self._parts, self._axis, self._span, self._scale = tuple(parts), axis, span, scale
         self._stats: Stats | None = stats if stats.norm is not None else None
 
     @property
@@ -47,7 +48,22 @@ class ShardRecord(TensorRecord):
     def load(self) -> np.ndarray:
         arrays = [as_float64(p.load()) for p in self._parts]
         joined = np.concatenate(arrays, axis=self._axis)
-        return np.take(joined, range(*self._span), axis=self._axis)
+        taken = np.take(joined, range(*self._span), axis=self._axis)
+        return taken * self._scale if self._scale != 1.0 else taken
+
+
+class BatchRecord(ShardRecord):
+    """A bench record's part of the batch another DP rank reads (``data_parallel``): not a
+    shard of the model, so never a call's own shard (engine's ``_shard_inputs``)."""
+
+    __slots__ = ()
+
+
+def _scaled(stats: Stats, scale: float) -> Stats:
+    """The statistics of a tensor times ``scale`` (> 0)."""
+    if scale == 1.0:
+        return stats
+    return Stats(*(None if v is None else v * scale for v in stats))
 
 
 def same_values(records: list[TensorRecord]) -> bool:

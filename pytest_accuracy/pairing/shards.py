@@ -36,6 +36,7 @@ from pytest_accuracy.dumps.model import (
     TensorRecord,
     is_collective,
 )
+from pytest_accuracy.pairing.data_parallel import dp_matched
 from pytest_accuracy.pairing.layouts import Layout, bench_ranks, layouts_problem, stage_place
 from pytest_accuracy.pairing.shard_records import (
     ShardRecord,
@@ -56,6 +57,10 @@ def relayout(npu: DumpSet, npu_layout: Layout, bench: DumpSet, bench_layout: Lay
     problem = layouts_problem(npu_layout, bench_layout)
     if problem:
         raise ValueError(problem)
+    if npu_layout.dp != bench_layout.dp:
+        bench, bench_layout = dp_matched(npu, npu_layout, bench, bench_layout)
+        if (npu_layout.tp, npu_layout.pp) == (bench_layout.tp, bench_layout.pp):
+            return bench  # the NPU's layout now: keyed by its ranks
     views: dict[tuple[int, int], _View] = {}
     unmade: dict[tuple[int, int], str] = {}
     for (step, rank), mine in npu.dumps.items():
@@ -182,8 +187,10 @@ class _View:
         by_call = {c.name: tuple(sorted(r for d in self.group
                                          for r in d.call_ranks.get(c.name, (d.rank,))))
                    for c in calls if c.name in first.call_ranks}
+        left_out = {k: v for d in self.group for k, v in d.left_out.items()}
         return Dump(first.path, first.framework, first.level, first.mode, self.mine.step,
-                    self.mine.rank, calls, notes, self.left_out, self.exchanges,
+                    self.mine.rank, calls, notes, {**left_out, **self.left_out},
+                    self.exchanges,
                     joined=self.joined, bench_ranks=tuple(sorted(ranks)), call_ranks=by_call)
 
     def _call(self, parts: list[Call], ours: Call) -> Call:

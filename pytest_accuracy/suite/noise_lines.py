@@ -57,7 +57,18 @@ def layout_lines(state: Any, seen: dict[str, Any] | None = None) -> list[str]:
     shown = [f"{r} <- {'+'.join(str(b) for b in bench_ranks(mine, theirs, r))}"
              for r in range(min(mine.world, 8))]
     more = f", ... ({mine.world} ranks)" if mine.world > 8 else ""
+    batch = ""
+    if mine.dp != theirs.dp:
+        scale = f" at {mine.dp / theirs.dp:g}x" if mine.dp > theirs.dp else \
+            f" at 1/{theirs.dp // mine.dp}x"
+        def part(n: int) -> str:
+            return "the whole batch" if n == 1 else f"1/{n} of the batch"
+
+        batch = (f"; a DP rank reads {part(mine.dp)} on the NPU, {part(theirs.dp)} on the "
+                 f"bench: activations are compared on the part of the batch the NPU rank "
+                 f"reads, gradients of a mean loss{scale} or as they are (whichever the first "
+                 "one shows), and sums over the batch (the loss, parameters' gradients) are not")
     return [f"Layouts differ: NPU {mine} against bench {theirs}{why}. Each NPU rank is compared "
             f"with the slice it holds of its bench ranks' tensors (NPU rank <- bench ranks: "
             f"{', '.join(shown)}{more}); partial sums the bench does not make are compared "
-            "after their all-reduce."]
+            f"after their all-reduce{batch}."]

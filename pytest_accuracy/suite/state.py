@@ -159,7 +159,7 @@ class SuiteState:
         problem = layouts_problem(mine, theirs)
         if problem:
             raise pytest.UsageError(f"--acc-npu-layout / --acc-bench-layout: {problem}")
-        return None if (mine.tp, mine.pp) == (theirs.tp, theirs.pp) else (mine, theirs)
+        return None if mine == theirs else (mine, theirs)
 
     def _bench_ranks(self, npu: DumpSet) -> set[int] | None:
         """The bench ranks the NPU ranks loaded are compared with (None: the same ranks)."""
