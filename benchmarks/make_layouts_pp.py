@@ -100,6 +100,9 @@ DP_RUNS: dict[str, tuple[int, int, str | None]] = {
     "dp2_grad_not_reduced": (1, 2, "grad_not_reduced"),
     "dp2_rows_repeated": (1, 2, "rows_repeated"),
     "tp2dp2_fc1_transposed": (2, 2, "fc1_transposed"),
+    # clean: every rank's loss normalised over the whole batch (sum / B*T), the gradients
+    # summed over DP (Megatron's calculate_per_token_loss): batch gradients 1x the bench's
+    "dp2_global_loss": (1, 2, "global_loss"),
 }
 BUG_RANKS = {"fc1_transposed": 3, "no_allreduce": 3, "vocab_split": 1, "grad_not_reduced": 1,
              "rows_repeated": 1}
@@ -246,7 +249,10 @@ def pipeline_step(model: StageModel, lay: Layout, bug: str | None = None
         dist.recv(grad, src=lay.rank + lay.tp * lay.dp, group=lay.pp_group)
         out.backward(grad)
         return None
-    loss = F.cross_entropy(out.reshape(-1, V), y.reshape(-1))
+    if bug == "global_loss":  # normalised over the whole batch: the DP all-reduce sums
+        loss = F.cross_entropy(out.reshape(-1, V), y.reshape(-1), reduction="sum") / (B * T)
+    else:
+        loss = F.cross_entropy(out.reshape(-1, V), y.reshape(-1))
     loss.backward()
     if not lay.first:
         assert x.grad is not None
@@ -263,7 +269,7 @@ def reduce_grads(model: StageModel, lay: Layout, bug: str | None) -> None:
         reduced = param.grad.clone()
         dist.all_reduce(reduced, group=lay.dp_group)
         if bug != "grad_not_reduced":
-            param.grad.copy_(reduced / lay.dp)
+            param.grad.copy_(reduced if bug == "global_loss" else reduced / lay.dp)
 
 
 def worker(rank: int, world: int, tp: int, bug: str | None, level: str, dump_path: str,
@@ -274,7 +280,8 @@ def worker(rank: int, world: int, tp: int, bug: str | None, level: str, dump_pat
     dist.init_process_group("gloo", rank=rank, world_size=world)
     tp_group, pp_group, dp_group = groups(rank, world, tp, dp)
     lay = Layout(rank, tp, world // (tp * dp), tp_group, pp_group, dp, dp_group)
-    mine = bug if bug is not None and bug_rank(bug, world) == rank else None
+    mine = bug if bug == "global_loss" or (bug is not None and bug_rank(bug, world) == rank) \
+        else None
     model = StageModel(lay, mine)
     debugger = make_debugger(LEVELS[level], dump_path, f"{level}_{rank}")
     opt = torch.optim.SGD(model.parameters(), lr=LR)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pytest_accuracy.dumps.model import Dump, DumpSet
@@ -51,7 +53,7 @@ def bench_ranks(npu: Layout, bench: Layout, rank: int) -> list[int]:
     TP group where the data (dp) is the same, in the bench stage that holds the NPU's (a
     bench of fewer pipeline stages holds several of the NPU's in one; of more, the NPU's
     stage is several of the bench's: their ranks stage by stage)."""
-    from pytest_accuracy.pairing.data_parallel import dp_sources
+    from pytest_accuracy.pairing.batch_parts import dp_sources
 
     tp_rank, dp_rank, pp_rank = npu.coords(rank)
     first = tp_rank * bench.tp // npu.tp
@@ -88,38 +90,54 @@ def layouts_problem(npu: Layout, bench: Layout) -> str | None:
 
 
 def infer_layouts(npu: DumpSet, bench: DumpSet) -> tuple[Layout, Layout, str] | None:
-    """The two runs' layouts read from their data, where their ranks differ in number: the
-    ranks of one tensor-parallel group read the same batch (consecutive ranks, Megatron's
-    order), the data-parallel groups each their own, the same on both sides; and a tensor
-    the NPU shards must be a shard of the bench's by the same ratio. None where the dumps do
-    not say it that plainly (then the layouts must be given)."""
+    """The two runs' layouts read from their data, where they differ: the ranks of one
+    tensor-parallel group read the same batch (consecutive ranks, Megatron's order), the
+    data-parallel groups each their own, parts of the bench's batches where their number
+    differs; and a tensor the NPU shards must be a shard of the bench's by the same ratio.
+    None where the dumps do not say it that plainly (then the layouts must be given), or
+    where the layouts are the same."""
     step = min((s for s, _ in npu.dumps if any(k[0] == s for k in bench.dumps)), default=None)
     if step is None:
         return None
-    pn, pb = _stages(npu, step), _stages(bench, step)
     mine, theirs = _batches(npu, step), _batches(bench, step)
-    if mine is None or theirs is None or pn is None or pb is None or (
-            len(mine) == len(theirs) and pn == pb):
+    if mine is None or theirs is None or (len(mine) == len(theirs) and _group_size(mine) == (
+            _group_size(theirs)) is not None and _staged(npu, step) == _staged(bench, step)):
+        return None  # the same ranks reading the same batches alike, in as many stages
+    pn, pb = _stages(npu, step), _stages(bench, step)
+    if pn is None or pb is None:
         return None
     mine, theirs = mine[:len(mine) // pn], theirs[:len(theirs) // pb]  # the first stage's
     tn, tb = _group_size(mine), _group_size(theirs)
-    if tn is None or tb is None or len(mine) // tn != len(theirs) // tb:
+    if tn is None or tb is None:
         return None
-    dp = len(mine) // tn
-    if any(mine[d * tn] != theirs[d * tb] for d in range(dp)):
+    dn, db = len(mine) // tn, len(theirs) // tb
+    if not _same_batches(mine[::tn], theirs[::tb]):
         return None  # another split of the data: not the same batches rank for rank
-    npu_layout, bench_layout = Layout(tp=tn, dp=dp, pp=pn), Layout(tp=tb, dp=dp, pp=pb)
-    if layouts_problem(npu_layout, bench_layout) or not _shards_agree(
-            npu.dumps[(step, 0)], bench.dumps[(step, 0)], tn, tb):
+    npu_layout, bench_layout = Layout(tp=tn, dp=dn, pp=pn), Layout(tp=tb, dp=db, pp=pb)
+    if npu_layout == bench_layout or layouts_problem(npu_layout, bench_layout) or not _shards_agree(
+            npu.dumps[(step, 0)], bench.dumps[(step, 0)], npu_layout, bench_layout):
         return None
     why = (f"inferred from the dumps: {_ranks(len(mine) * pn)} of the NPU against "
            f"{_ranks(len(theirs) * pb)} of the bench; "
-           f"{_first(tn)} of the NPU and {_first(tb)} of the bench read one batch, and the "
-           f"NPU's sharded tensors are {_part(tn)} where the bench's are {_part(tb)}")
+           f"{_first(tn)} of the NPU and {_first(tb)} of the bench read one batch")
+    if tn != tb:
+        why += f", and the NPU's sharded tensors are {_part(tn)} where the bench's are {_part(tb)}"
+    if dn != db:
+        why += (f"; the NPU's {dn} data-parallel groups read {_share(dn)} each, the bench's "
+                f"{db} {_share(db)} (their first inputs together hold the same values)")
     if pn != pb:
         why += (f"; the NPU's ranks make {pn} different sequences of calls (pipeline stages), "
                 f"the bench's {pb}")
     return npu_layout, bench_layout, why
+
+
+def _staged(dumps: DumpSet, step: int) -> bool:
+    """Whether the first and the last rank at ``step`` make different operations (stages)."""
+    from pytest_accuracy.pairing.stages import operations
+
+    ranks = sorted(r for s, r in dumps.dumps if s == step)
+    return len(ranks) > 1 and operations(dumps.dumps[(step, ranks[0])]) != operations(
+        dumps.dumps[(step, ranks[-1])])
 
 
 def _stages(dumps: DumpSet, step: int) -> int | None:
@@ -143,6 +161,10 @@ def _ranks(n: int) -> str:
 
 def _first(n: int) -> str:
     return "rank 0" if n == 1 else f"ranks 0-{n - 1}"
+
+
+def _share(n: int) -> str:
+    return "the whole batch" if n == 1 else f"1/{n} of the batch"
 
 
 def _part(n: int) -> str:
@@ -178,9 +200,50 @@ def _group_size(batches: list[Batch]) -> int | None:
     return size
 
 
-def _shards_agree(npu: Dump, bench: Dump, tn: int, tb: int) -> bool:
-    """Some tensor is sharded by tn against tb (at tn == tb none), and every shape that
-    differs does so."""
+def _same_batches(mine: list[Batch], theirs: list[Batch]) -> bool:
+    """Whether the NPU's DP groups read the bench's batches: one for one, or parts of them
+    along one dimension whose statistics together are the whole's (Max, Min, Mean by element
+    counts, Norm)."""
+    if len(mine) == len(theirs):
+        return mine == theirs
+    few, many = sorted((mine, theirs), key=len)
+    if len(many) % len(few):
+        return False
+    per = len(many) // len(few)
+    return all(_joined_batch(many[k * per:(k + 1) * per], whole, len(many), len(few))
+               for k, whole in enumerate(few))
+
+
+def _joined_batch(parts: list[Batch], whole: Batch, n_parts: int, n_whole: int) -> bool:
+    """Whether ``parts`` along the batch make ``whole``: shapes, and each statistic recorded
+    on all of them (msprobe records no Mean or Norm of integer ids) combined; Max and Min
+    at least."""
+    from pytest_accuracy.pairing.batch_parts import batch_axis
+
+    shape, recorded = whole
+    if any(batch_axis(s, shape, n_parts, n_whole) is None for s, _ in parts):
+        return False
+    counts = [math.prod(s) for s, _ in parts]
+    total = sum(counts)
+    columns = [[st[k] for _, st in parts] for k in range(4)]
+    combine: tuple[Callable[[list[float]], float], ...] = (
+        max, min, lambda v: sum(x * c for x, c in zip(v, counts, strict=True)) / total,
+        lambda v: math.sqrt(sum(x * x for x in v)))
+    checked = 0
+    for k, (values, made) in enumerate(zip(columns, combine, strict=True)):
+        found = [v for v in values if v is not None]
+        if recorded[k] is None or len(found) < len(values):
+            continue
+        if not math.isclose(made(found), recorded[k] or 0.0, rel_tol=1e-6, abs_tol=1e-9):
+            return False
+        checked += 1 << k
+    return total == math.prod(shape) and checked & 3 == 3
+
+
+def _shards_agree(npu: Dump, bench: Dump, npu_layout: Layout, bench_layout: Layout) -> bool:
+    """Some tensor is sharded by the TP sizes' ratio (at one TP size none), and every shape
+    that differs does so, along the batch by the DP sizes', or both."""
+    tn, tb, dn, db = npu_layout.tp, bench_layout.tp, npu_layout.dp, bench_layout.dp
     seen = False
     for call in npu.calls:
         other = bench.get(call.name)
@@ -191,10 +254,11 @@ def _shards_agree(npu: Dump, bench: Dump, tn: int, tb: int) -> bool:
             shape = theirs.get(record.path)
             if shape is None or shape == record.shape:
                 continue
-            differ = [k for k, (a, b) in enumerate(zip(record.shape, shape, strict=False))
-                      if a != b]
-            if (len(record.shape) != len(shape) or len(differ) != 1
-                    or record.shape[differ[0]] * tn != shape[differ[0]] * tb):
+            differ = [(a, b) for a, b in zip(record.shape, shape, strict=False) if a != b]
+            tp = [a * tn == b * tb for a, b in differ]
+            dp = [a * dn == b * db for a, b in differ]
+            if (len(record.shape) != len(shape) or sum(tp) > 1 or sum(dp) > 1
+                    or not all(t or d for t, d in zip(tp, dp, strict=True))):
                 return False
-            seen = True
+            seen = seen or any(tp)
     return seen or tn == tb  # at one TP size (the stages differ), no shape may differ

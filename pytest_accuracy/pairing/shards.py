@@ -36,6 +36,7 @@ from pytest_accuracy.dumps.model import (
     TensorRecord,
     is_collective,
 )
+from pytest_accuracy.pairing.batch_parts import Joins, backward_scale, dp_joins
 from pytest_accuracy.pairing.data_parallel import dp_matched
 from pytest_accuracy.pairing.layouts import Layout, bench_ranks, layouts_problem, stage_place
 from pytest_accuracy.pairing.shard_records import (
@@ -57,10 +58,14 @@ def relayout(npu: DumpSet, npu_layout: Layout, bench: DumpSet, bench_layout: Lay
     problem = layouts_problem(npu_layout, bench_layout)
     if problem:
         raise ValueError(problem)
+    joins: Joins = {}
     if npu_layout.dp != bench_layout.dp:
-        bench, bench_layout = dp_matched(npu, npu_layout, bench, bench_layout)
+        joins = dp_joins(npu, npu_layout, bench, bench_layout)
+        scale = backward_scale(npu, npu_layout, bench, bench_layout, joins)
+        bench, bench_layout = dp_matched(npu, npu_layout, bench, bench_layout, joins, scale)
         if (npu_layout.tp, npu_layout.pp) == (bench_layout.tp, bench_layout.pp):
-            return bench  # the NPU's layout now: keyed by its ranks
+            return _with_joins(bench, joins)  # the NPU's layout now: keyed by its ranks
+        npu = _joins_swapped(npu, joins)  # the TP view meets the NPU's joined parts
     views: dict[tuple[int, int], _View] = {}
     unmade: dict[tuple[int, int], str] = {}
     for (step, rank), mine in npu.dumps.items():
@@ -92,7 +97,33 @@ def relayout(npu: DumpSet, npu_layout: Layout, bench: DumpSet, bench_layout: Lay
     if npu_layout.pp != bench_layout.pp:
         for (_, rank), dump in made.items():
             dump.stage, dump.stages = npu_layout.coords(rank)[2], npu_layout.pp
-    return DumpSet(bench.root, made, unmade)
+    return _with_joins(DumpSet(bench.root, made, unmade), joins)
+
+
+def _with_joins(view: DumpSet, joins: Joins) -> DumpSet:
+    """The view with the NPU's joined DP parts added to each rank's joined records (a TP
+    join made of them stays: it holds both)."""
+    for key, calls in joins.items():
+        dump = view.dumps.get(key)
+        if dump is None:
+            continue
+        for name, (ranks, records) in calls.items():
+            had_ranks, had = dump.joined.get(name, ((), {}))
+            merged = tuple(sorted(set(ranks) | set(had_ranks)))
+            dump.joined[name] = (merged, {**records, **had})
+    return view
+
+
+def _joins_swapped(npu: DumpSet, joins: Joins) -> DumpSet:
+    """The NPU run with its joined DP parts in place of each rank's own."""
+    if not joins:
+        return npu
+    made = dict(npu.dumps)
+    for key, calls in joins.items():
+        dump = npu.dumps[key]
+        made[key] = replace(dump, calls=[_swapped(c, calls[c.name][1]) if c.name in calls
+                                         else c for c in dump.calls])
+    return DumpSet(npu.root, made, npu.unmade)
 
 
 def _staged(group: list[Dump], mine: Dump, npu_layout: Layout, bench_layout: Layout

@@ -97,13 +97,16 @@ class SuiteState:
         from pytest_accuracy.pairing.shards import relayout, with_joined
 
         assert self.npu is not None and self.bench is not None
-        npu = self._load(self.npu, {rank} if rank is not None else None)
+        peers = self._dp_peers(rank)
+        npu = self._load(self.npu, {rank} | peers if rank is not None else None)
         wanted = self._bench_ranks(npu)
         bench = self._load(self.bench, wanted if wanted is not None
                            else {rank} if rank is not None else None)
         if self.layouts is None and rank is None and _every_rank(npu, self.npu) and (
                 _every_rank(bench, self.bench)):
             self._infer(npu, bench)  # from a part, a stage's ranks would read as a whole run
+            if self.inferred is None:
+                self.unread_layouts = _unread_layouts(self.npu, self.bench, part=False)
         elif self.layouts is None:
             self.unread_layouts = self._unread_hint
         same = same_run(npu, bench) if self.layouts is None else None
@@ -121,8 +124,19 @@ class SuiteState:
         mine, theirs = self.layouts
         view = relayout(npu, mine, bench, theirs)
         if noise is not None:
-            noise = BenchNoise(view, relayout(npu, mine, noise.noise, theirs))
-        return with_joined(npu, view), view, noise
+            noise = BenchNoise(_only(view, rank, peers),
+                               _only(relayout(npu, mine, noise.noise, theirs), rank, peers))
+        return _only(with_joined(npu, view), rank, peers), _only(view, rank, peers), noise
+
+    def _dp_peers(self, rank: int | None) -> set[int]:
+        """A rank item's DP peers where the bench has fewer DP ranks: their statistics
+        joined meet the bench's (``batch_parts.dp_joins``); loaded, not compared."""
+        if rank is None or self.layouts is None or self.layouts[0].dp <= self.layouts[1].dp:
+            return set()
+        mine, theirs = self.layouts
+        t, d, p = mine.coords(rank)
+        per = mine.dp // theirs.dp
+        return {mine.rank(t, e, p) for e in range(d // per * per, d // per * per + per)} - {rank}
 
     @property
     def layouts(self) -> tuple[Layout, Layout] | None:
@@ -134,8 +148,7 @@ class SuiteState:
         """Layouts read from the dumps where their ranks differ in number (none given)."""
         from pytest_accuracy.pairing.layouts import infer_layouts
 
-        if set(r for _, r in npu.dumps) != set(r for _, r in bench.dumps) or (
-                _staged(npu) != _staged(bench)):
+        if len(npu.dumps) > 1 or len(bench.dumps) > 1:
             self.inferred = infer_layouts(npu, bench)
 
     @cached_property
@@ -210,6 +223,16 @@ class SuiteState:
         yield from extra_groups(self.config)
 
 
+def _only(dumps: DumpSet, rank: int | None, peers: set[int]) -> DumpSet:
+    """``dumps`` without the ranks loaded as ``peers`` of ``rank``'s."""
+    if not peers:
+        return dumps
+    from pytest_accuracy.dumps.model import DumpSet
+
+    return DumpSet(dumps.root, {k: v for k, v in dumps.dumps.items() if k[1] == rank},
+                   {k: v for k, v in dumps.unmade.items() if k[1] == rank})
+
+
 def _every_rank(dumps: DumpSet, path: Path) -> bool:
     """Whether ``dumps`` holds every rank the run at ``path`` has at its first step loaded
     (its folders read; a dump that is no msprobe folder tree: taken as whole; nothing
@@ -224,9 +247,10 @@ def _every_rank(dumps: DumpSet, path: Path) -> bool:
     return {r for s, r in keys if s == step} >= {r for s, r, _ in files if s == step}
 
 
-def _unread_layouts(npu: Path, bench: Path) -> str | None:
+def _unread_layouts(npu: Path, bench: Path, part: bool = True) -> str | None:
     """Where the runs' rank counts differ (their folders alone read): the layouts may differ,
-    and a part of the ranks does not tell (inference reads every rank)."""
+    and a part of the ranks does not tell (inference reads every rank), or (not ``part``)
+    every rank did not."""
     from pytest_accuracy.dumps.layout import dump_files
 
     mine, theirs = dump_files(npu), dump_files(bench)
@@ -236,25 +260,15 @@ def _unread_layouts(npu: Path, bench: Path) -> str | None:
     counts = [len({r for s, r, _ in files if s == step}) for files in (mine, theirs)]
     if counts[0] == counts[1] or not counts[1]:
         return None
+    why = ("where their parallel layouts differ, they are read from the dumps only when every "
+           "rank is loaded (not with --acc-ranks or rank items)" if part else
+           "their parallel layouts could not be read from the dumps (the ranks' first batches "
+           "are not one split of the same data, or the layouts are ones the compare cannot "
+           "meet)")
     return (f"The NPU run has {counts[0]} rank{'s' if counts[0] > 1 else ''} at step {step} "
-            f"and the bench {counts[1]}: where their parallel layouts differ, they are read "
-            "from the dumps only when every rank is loaded (not with --acc-ranks or rank "
-            "items), so ranks meet by number here; give --acc-npu-layout and "
-            "--acc-bench-layout (e.g. tp=2,pp=2 and tp=1) to compare shard by slice.")
-
-
-def _staged(dumps: DumpSet) -> bool:
-    """Whether the first and the last rank make different operations (pipeline stages)."""
-    from pytest_accuracy.pairing.stages import operations
-
-    keys = dumps.keys()
-    if not keys:
-        return False
-    step = keys[0][0]
-    ranks = [r for s, r in keys if s == step]
-    if len(ranks) < 2:  # one rank: one stage (and no walk over its calls)
-        return False
-    return operations(dumps.dumps[(step, ranks[0])]) != operations(dumps.dumps[(step, ranks[-1])])
+            f"and the bench {counts[1]}: {why}, so ranks meet by number here; give "
+            "--acc-npu-layout and --acc-bench-layout (e.g. tp=2,pp=2 and tp=1) to compare "
+            "shard by slice.")
 
 
 def _empty_selection(path: Path, steps: set[int] | None, ranks: set[int] | None,
