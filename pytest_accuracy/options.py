@@ -58,7 +58,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("dp-size", "int", "the NPU run's data-parallel size: its replicas are checked "
            "against each other, no bench needed (pp=1, tp = ranks / dp; else --acc-npu-layout)"),
     Option("bench-layout", "layout", "compare: the bench run's parallel layout, when its "
-           "tensor or pipeline parallelism differs from the NPU's"),
+           "tensor, data or pipeline parallelism differs from the NPU's"),
     Option("bench-noise", "path", "a second bench dump of the same training under another "
            "kernel, seed or device: each node is held to the two bench runs' spread there"),
     Option("npu-log", "path", "NPU training log (MindFormers, Megatron, MindSpeed, HF, "

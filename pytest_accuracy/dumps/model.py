@@ -381,6 +381,8 @@ class DumpSet:
     dumps: dict[tuple[int, int], Dump]
     # a view of another layout: the NPU (step, rank)s it could not make, and why
     unmade: dict[tuple[int, int], str] = field(default_factory=dict)
+    # a view of another layout: what it assumed of the whole run (pairing/shards.py)
+    notes: list[str] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[Dump]:
         return iter(self.dumps[k] for k in sorted(self.dumps))

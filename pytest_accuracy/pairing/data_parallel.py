@@ -101,8 +101,6 @@ class _DpView:
         ranks = tuple(d.rank for d in self.sources)
         notes = [f"the bench DP ranks reading NPU DP rank {self.dp_rank}'s part of the batch: "
                  + ", ".join(map(str, ranks))]
-        notes.append(f"the NPU's batch gradients are compared at {self.scale[0]:g}x the "
-                     f"bench's ({self.scale[1]})")
         return Dump(first.path, first.framework, first.level, first.mode, first.step,
                     first.rank, calls, notes, self.left_out, bench_ranks=ranks,
                     call_ranks={c.name: ranks for c in calls})

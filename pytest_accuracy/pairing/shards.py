@@ -63,6 +63,8 @@ def relayout(npu: DumpSet, npu_layout: Layout, bench: DumpSet, bench_layout: Lay
         joins = dp_joins(npu, npu_layout, bench, bench_layout)
         scale = backward_scale(npu, npu_layout, bench, bench_layout, joins)
         bench, bench_layout = dp_matched(npu, npu_layout, bench, bench_layout, joins, scale)
+        bench.notes.append(f"batch gradients compared at {scale[0]:g}x the bench's "
+                           f"({scale[1]})")
         if (npu_layout.tp, npu_layout.pp) == (bench_layout.tp, bench_layout.pp):
             return _with_joins(bench, joins)  # the NPU's layout now: keyed by its ranks
         npu = _joins_swapped(npu, joins)  # the TP view meets the NPU's joined parts
@@ -97,7 +99,7 @@ def relayout(npu: DumpSet, npu_layout: Layout, bench: DumpSet, bench_layout: Lay
     if npu_layout.pp != bench_layout.pp:
         for (_, rank), dump in made.items():
             dump.stage, dump.stages = npu_layout.coords(rank)[2], npu_layout.pp
-    return _with_joins(DumpSet(bench.root, made, unmade), joins)
+    return _with_joins(DumpSet(bench.root, made, unmade, bench.notes), joins)
 
 
 def _with_joins(view: DumpSet, joins: Joins) -> DumpSet:

@@ -45,6 +45,7 @@ def layout_lines(state: Any, seen: dict[str, Any] | None = None) -> list[str]:
 
     layouts = getattr(state, "layouts", None) if state is not None else None
     inferred = getattr(state, "inferred", None) if layouts else None
+    notes = list(getattr(state, "view_notes", None) or (seen or {}).get("notes") or ())
     if not layouts and seen and seen.get("npu"):
         layouts = parse_layout(str(seen["npu"])), parse_layout(str(seen["bench"]))
         inferred = (None, None, seen["inferred"]) if seen.get("inferred") else None
@@ -57,18 +58,17 @@ def layout_lines(state: Any, seen: dict[str, Any] | None = None) -> list[str]:
     shown = [f"{r} <- {'+'.join(str(b) for b in bench_ranks(mine, theirs, r))}"
              for r in range(min(mine.world, 8))]
     more = f", ... ({mine.world} ranks)" if mine.world > 8 else ""
-    batch = ""
+    said = []
+    if mine.tp != theirs.tp:
+        said.append("partial sums the bench does not make are compared after their all-reduce")
     if mine.dp != theirs.dp:
-        scale = f" at {mine.dp / theirs.dp:g}x" if mine.dp > theirs.dp else \
-            f" at 1/{theirs.dp // mine.dp}x"
-        def part(n: int) -> str:
-            return "the whole batch" if n == 1 else f"1/{n} of the batch"
-
-        batch = (f"; a DP rank reads {part(mine.dp)} on the NPU, {part(theirs.dp)} on the "
-                 f"bench: activations are compared on the part of the batch the NPU rank "
-                 f"reads, gradients of a mean loss{scale} or as they are (whichever the first "
-                 "one shows), and sums over the batch (the loss, parameters' gradients) are not")
+        said.append(f"a DP rank reads {_share(mine.dp)} on the NPU, {_share(theirs.dp)} on the "
+                    "bench: activations are compared on the part of the batch the NPU rank "
+                    "reads, sums over the batch (the loss, parameters' gradients) are not")
     return [f"Layouts differ: NPU {mine} against bench {theirs}{why}. Each NPU rank is compared "
             f"with the slice it holds of its bench ranks' tensors (NPU rank <- bench ranks: "
-            f"{', '.join(shown)}{more}); partial sums the bench does not make are compared "
-            f"after their all-reduce{batch}."]
+            f"{', '.join(shown)}{more})" + "".join(f"; {s}" for s in [*said, *notes]) + "."]
+
+
+def _share(n: int) -> str:
+    return "the whole batch" if n == 1 else f"1/{n} of the batch"

@@ -33,6 +33,8 @@ class SuiteState:
     # why the layouts were not read from the dumps, where a part of the ranks was loaded and
     # the runs' rank counts differ (ranks then meet by number)
     unread_layouts: str | None = field(default=None, init=False)
+    # what the view of the bench at another layout assumed (the backward's scale)
+    view_notes: list[str] = field(default_factory=list, init=False)
 
     @property
     def has_dumps(self) -> bool:
@@ -123,6 +125,7 @@ class SuiteState:
             return npu, bench, noise
         mine, theirs = self.layouts
         view = relayout(npu, mine, bench, theirs)
+        self.view_notes = view.notes
         if noise is not None:
             noise = BenchNoise(_only(view, rank, peers),
                                _only(relayout(npu, mine, noise.noise, theirs), rank, peers))

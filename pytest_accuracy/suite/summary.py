@@ -313,7 +313,8 @@ def layouts_seen(state: Any) -> dict[str, Any]:
         return {"unread": unread} if unread else {}
     inferred = None if state.given_layouts else state.inferred
     return {"npu": str(layouts[0]), "bench": str(layouts[1]),
-            "inferred": inferred[2] if inferred else None}
+            "inferred": inferred[2] if inferred else None,
+            **({"notes": list(state.view_notes)} if state.view_notes else {})}
 
 
 def _compare_criteria(config: pytest.Config, state: Any) -> dict[str, Any]:
