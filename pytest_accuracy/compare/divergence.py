@@ -49,12 +49,15 @@ class FirstDivergence:
     # the NPU ranks whose shards were joined to meet a coarser bench's statistics (the error
     # shows on each; which one makes it, their tensors tell)
     joined: tuple[int, ...] = ()
+    # those ranks' values were summed instead: a sum over the batch each made a part of
+    summed: bool = False
     # the bench ranks it was compared with, where the runs' layouts differ
     bench_ranks: tuple[int, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {**({"phase": self.phase} if self.phase else {}),
             **({"joined": list(self.joined)} if self.joined else {}),
+            **({"summed": True} if self.summed else {}),
             **({"bench_ranks": list(self.bench_ranks)} if self.bench_ranks else {}),
             "npu_name": self.npu_name,
             "bench_name": self.bench_name,
@@ -81,7 +84,11 @@ def divergence_sentence(first: dict[str, Any]) -> str:
     """The summary's sentence for a first divergence (also rebuilt from JSON records)."""
     where = f"step {first['step']}, rank {first['rank']}"
     joined = first.get("joined")
-    if joined:
+    if joined and first.get("summed"):
+        where = (f"step {first['step']}, ranks {', '.join(map(str, joined))} summed: the sum "
+                 "over the batch their parts make against the bench's; which part differs a "
+                 "sum does not tell")
+    elif joined:
         where = (f"step {first['step']}, ranks {', '.join(map(str, joined))} joined: their "
                  "shards' statistics together against the bench's whole; which shard "
                  "differs needs their tensors")
@@ -173,6 +180,9 @@ def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
         reason = f"{reason} (differing inputs: {_differing_inputs(result)})"
     odd = _odd_inside(cmp, result)
     previous = None if appears else _entered_after(cmp, result)
+    evidence = [t.path for t in own_params] or (
+        [t.path for t in result.failing_outputs] if appears
+        else [t.path for t in result.inputs if not t.ok])
     carrier = cmp.provenance.carrier_of(result.index)
     if carrier is not None:
         reason += (f"; made by its own code between its recorded submodules "
@@ -200,9 +210,8 @@ def describe(cmp: Comparison, result: NodeResult) -> FirstDivergence:
         order=result.npu.order,
         phase=_phase(cmp, result),
         bench_ranks=_bench_of(cmp, result),
-        joined=_joined_ranks(cmp, result, [t.path for t in own_params] or (
-            [t.path for t in result.failing_outputs] if appears
-            else [t.path for t in result.inputs if not t.ok])),
+        joined=_joined_ranks(cmp, result, evidence),
+        summed=_summed(cmp, result, evidence),
     )
 
 
@@ -230,6 +239,16 @@ def _joined_ranks(cmp: Comparison, result: NodeResult, evidence: list[str]
     bench = _bench_dump(cmp, result)
     found = bench.joined.get(result.npu.name) if bench is not None else None
     return found[0] if found and evidence and all(p in found[1] for p in evidence) else ()
+
+
+def _summed(cmp: Comparison, result: NodeResult, evidence: list[str]) -> bool:
+    """Whether the joined records that show the error are sums over the batch."""
+    from pytest_accuracy.pairing.shard_records import SumRecord
+
+    bench = _bench_dump(cmp, result)
+    found = bench.joined.get(result.npu.name) if bench is not None else None
+    return bool(found and evidence and all(isinstance(found[1].get(p), SumRecord)
+                                           for p in evidence))
 
 
 def _received(cmp: Comparison, result: NodeResult, appears: bool, start: bool) -> bool:

@@ -29,7 +29,12 @@ from pytest_accuracy.dumps.model import Arg, Call, Dump, DumpSet, TensorRecord, 
 from pytest_accuracy.dumps.stats import Stats
 from pytest_accuracy.pairing.batch_parts import Joins, batch_axis, dp_sources, records_of
 from pytest_accuracy.pairing.layouts import Layout
-from pytest_accuracy.pairing.shard_records import BatchRecord, joined_stats
+from pytest_accuracy.pairing.shard_records import (
+    BatchRecord,
+    SumRecord,
+    joined_stats,
+    summable,
+)
 
 Key = tuple[str, tuple[int, ...], tuple[float | None, ...]]
 
@@ -54,8 +59,23 @@ def dp_matched(npu: DumpSet, npu_layout: Layout, bench: DumpSet, bench_layout: L
                     if reference and len(found) == len(sources):
                         view = _DpView(found, reference, npu_layout, bench_layout, d)
                         view.joined, view.scale = joined, scale
+                        view.peers = _peers(npu, npu_layout, bench_layout, step, (t, d, p))
                         made[(step, layout.rank(t, d, p))] = view.dump()
     return DumpSet(bench.root, made, bench.unmade), layout
+
+
+def _peers(npu: DumpSet, npu_layout: Layout, bench_layout: Layout, step: int,
+           place: tuple[int, int, int]) -> list[Dump] | None:
+    """The NPU ranks whose parts of the batch make one bench DP rank's, at place (t, d, p)
+    where the runs' TP sizes agree (their sums over the batch add up to the bench's), in DP
+    order; None where one is not loaded or the TP sizes differ."""
+    t, d, p = place
+    if npu_layout.tp != bench_layout.tp or npu_layout.dp <= bench_layout.dp:
+        return None
+    per = npu_layout.dp // bench_layout.dp
+    found = [npu.dumps.get((step, npu_layout.rank(t, e, p)))
+             for e in range(d // per * per, d // per * per + per)]
+    return [f for f in found if f is not None] if None not in found else None
 
 
 def _reference(npu: DumpSet, layout: Layout, step: int, place: tuple[int, int, int],
@@ -86,6 +106,10 @@ class _DpView:
         self.scale = (npu.dp / bench.dp, "")  # the backward's, and why
         self.reduced: set[Key] = set()  # values summed over the batch (bench side)
         self.left_out: dict[str, str] = {}
+        # the NPU's DP peers whose sums over the batch add up to the bench's (an NPU of more
+        # DP ranks at the bench's TP size), and those sums by call and path
+        self.peers: list[Dump] | None = None
+        self.sums: dict[str, tuple[tuple[int, ...], dict[str, TensorRecord]]] = {}
         # in the backward pass (from its first call on: collectives there keep forward names)
         self.backward = False
 
@@ -102,8 +126,8 @@ class _DpView:
         notes = [f"the bench DP ranks reading NPU DP rank {self.dp_rank}'s part of the batch: "
                  + ", ".join(map(str, ranks))]
         return Dump(first.path, first.framework, first.level, first.mode, first.step,
-                    first.rank, calls, notes, self.left_out, bench_ranks=ranks,
-                    call_ranks={c.name: ranks for c in calls})
+                    first.rank, calls, notes, self.left_out, joined=self.sums,
+                    bench_ranks=ranks, call_ranks={c.name: ranks for c in calls})
 
     def _call(self, parts: list[Call], ours: Call) -> Call:
         mine = {r.path: r for r in records_of(ours)}
@@ -131,7 +155,10 @@ class _DpView:
                 if axis is None and (_key(arg) in self.reduced or arg.role == "grad" or (
                         arg.role == "output" and (sliced or reads_reduced))):
                     self.reduced.add(_key(arg))  # a sum over the batch: not this rank's
-                    dropped = True
+                    summed = self._summed(name, arg, records) if arg.role != "input" else None
+                    dropped = dropped or summed is None
+                    if summed is not None:
+                        out.append(summed)
                     continue
                 whole = (name, arg.path) in self.joined  # the NPU's peers join theirs
                 out.append(arg if axis is None else self._part(records, axis, whole))
@@ -152,9 +179,30 @@ class _DpView:
                 f"not compared: a value summed over the batch (the loss, a parameter's "
                 f"gradient) is over {_share(self.dn)} on NPU DP rank {self.dp_rank}, over "
                 f"{_share(self.db)} on the bench's (DP={self.dn} against DP={self.db}; the "
-                "all-reduce that completes a gradient runs after the dump): the values made "
-                "per sample are compared")
+                "all-reduce that completes a gradient runs after the dump), and the DP "
+                "ranks' sum of it is not known here (their tensors, a scalar's value, at one "
+                "TP size): the values made per sample are compared")
         return made
+
+    def _summed(self, name: str, bench: TensorRecord, records: list[TensorRecord]
+                ) -> TensorRecord | None:
+        """A sum over the batch where its parts add up: the bench's against the NPU DP peers'
+        sum over the backward's scale (``self.sums``), or the bench DP ranks' sum at it
+        against the NPU's; None where the parts are not all known."""
+        scale = self.scale[0]
+        if self.dn < self.db:
+            return SumRecord(bench, records, scale) if summable(records) else None
+        if self.peers is None:
+            return None
+        found = [next((r for r in records_of(c) if r.path == bench.path), None)
+                 for peer in self.peers if (c := peer.get(name)) is not None]
+        parts = [r for r in found if r is not None and r.shape == bench.shape]
+        if len(parts) != len(self.peers) or not summable(parts):
+            return None
+        ranks = tuple(peer.rank for peer in self.peers)
+        self.sums.setdefault(name, (ranks, {}))[1][bench.path] = SumRecord(
+            parts[0], parts, 1.0 / scale)
+        return bench
 
     def _axis(self, npu: TensorRecord | None, bench: TensorRecord) -> int | None:
         return None if npu is None else batch_axis(npu.shape, bench.shape, self.dn, self.db)

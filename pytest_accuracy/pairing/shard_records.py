@@ -52,6 +52,56 @@ class ShardRecord(TensorRecord):
         return taken * self._scale if self._scale != 1.0 else taken
 
 
+class SumRecord(TensorRecord):
+    """A record made of records of one shape: their sum times ``factor`` (a sum over the batch
+    that several DP ranks made a part of each)."""
+
+    __slots__ = ("_factor", "_parts", "_stats")
+
+    def __init__(self, template: TensorRecord, parts: Sequence[TensorRecord],
+                 factor: float) -> None:
+        stats = _scalar_sum(parts, factor)
+        super().__init__(template.path, template.role, template.dtype, template.raw_dtype,
+                         template.shape,
+                         RecordSource(stats, None, template.dump_json, template.confine),
+                         requires_grad=template.requires_grad)
+        self._parts, self._factor = tuple(parts), factor
+        self._stats: Stats | None = stats if stats.norm is not None else None
+
+    @property
+    def stats(self) -> Stats:
+        if self._stats is None:
+            self._stats = _measured(self.load()) if self.has_data else Stats()
+        return self._stats
+
+    @property
+    def stats_row(self) -> None:
+        return None
+
+    @property
+    def has_data(self) -> bool:
+        return all(p.has_data for p in self._parts)
+
+    def load(self) -> np.ndarray:
+        total = as_float64(self._parts[0].load()).copy()
+        for part in self._parts[1:]:
+            total += as_float64(part.load())
+        return total * self._factor
+
+
+def summable(records: Sequence[TensorRecord]) -> bool:
+    """Whether the sum of ``records`` can be known: their tensors, or scalars' values."""
+    return all(r.has_data for r in records) or _scalar_sum(records, 1.0).norm is not None
+
+
+def _scalar_sum(parts: Sequence[TensorRecord], factor: float) -> Stats:
+    """The statistics of a sum of scalars from their recorded values, else none."""
+    if any(math.prod(p.shape) != 1 or p.stats.mean is None for p in parts):
+        return Stats()
+    value = sum(float(p.stats.mean or 0.0) for p in parts) * factor
+    return Stats(max=value, min=value, mean=value, norm=abs(value))
+
+
 class BatchRecord(ShardRecord):
     """A bench record's part of the batch another DP rank reads (``data_parallel``): not a
     shard of the model, so never a call's own shard (engine's ``_shard_inputs``)."""

@@ -571,7 +571,7 @@ def _public_first(first: dict[str, Any] | None) -> dict[str, Any] | None:
                                         "reason", "kind", "previous", "likely_cause", "stack",
                                         "finding", "twin_step", "through", "received", "order")}
     # where the order needs them: a pipeline stage's phase, shards joined over ranks
-    return {**public, **{k: first[k] for k in ("phase", "joined", "bench_ranks")
+    return {**public, **{k: first[k] for k in ("phase", "joined", "summed", "bench_ranks")
                          if first.get(k)}}
 
 
