@@ -234,8 +234,10 @@ _counts: SharedValues[int] = SharedValues(65536)
 def _parse_call(name: str, record: dict[str, Any], order: int, ctx: _Context) -> Call:
     kind, direction, prefix, op, index = parse_node_name(name)
     scope = module_scope(name) if kind in ("module", "params_grad") else ""
+    shared = _shared.known
     call = Call(name, kind, direction, order, _NONE_GIVEN, _NONE_GIVEN, _NONE_GIVEN, None, (),
-                _shared(prefix), _shared(op), scope, _counts(index))
+                shared(prefix) or _shared(prefix), shared(op) or _shared(op), scope,
+                _counts.known(index) or _counts(index))
     if kind == "params_grad":
         call.outputs = []
         for param, records in record.items():
@@ -270,7 +272,8 @@ def _flatten(value: Any, path: str, role: Role, ctx: _Context, node: str) -> lis
     if value is None:
         return [ScalarArg(path, "None", None)]
     if type(value) is list:
-        if len(value) == 1 and type(item := value[0]) is dict and _is_tensor(item):
+        if len(value) == 1 and type(item := value[0]) is dict and (
+                item.get("type") in _TENSOR_TYPES or _is_tensor(item)):
             # most calls' inputs or outputs: a list of one slot, not append's four
             return [_tensor(item, _child_path(path, 0), role, ctx, node)]
         out: list[Arg] = []
@@ -372,7 +375,7 @@ def _tensor(value: dict[str, Any], path: str, role: Role, ctx: _Context, node: s
         role,
         dtype[1],
         dtype[0],
-        _shapes(tuple(shape)),
+        _shapes.known(dims := tuple(shape)) or _shapes(dims),
         ctx.source,  # the dump's: its statistics columns and files
         grad if type(grad) is bool else None,
         str(md5) if md5 is not None else None,
