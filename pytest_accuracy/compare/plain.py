@@ -60,6 +60,10 @@ def plain_pass(cmp: Comparison, index: int) -> PlainPass | None:
     table = prov.stats
     if table is None or prov.findings[index] or cmp.region_of(index) is not None:
         return None
+    if prov.flagged[index] and cmp.noise is None:
+        # an output beyond its tolerance by the metadata scan's table, held to the same
+        # criteria as here (no bench noise run learned others): no output would agree below
+        return None
     criteria, dtype = cmp.criteria_at(index), cmp.effective_dtypes[index]
     # the bench's outputs by path; an output without one there goes to the full compare
     # (which looks among the bench's inputs too)
