@@ -137,7 +137,8 @@ def _index_stacks(items: Iterable[tuple[str, Any]]) -> dict[str, tuple[str, ...]
     shared: dict[tuple[str, ...], tuple[str, ...]] = {}
     for _, entry in items:
         if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list):
-            frames = tuple(str(f) for f in entry[1]) if isinstance(entry[1], list) else ()
+            # map(str): each frame as str() makes it, in one C loop (20k entries a side)
+            frames = tuple(map(str, entry[1])) if isinstance(entry[1], list) else ()
             frames = shared.setdefault(frames, frames)
             for name in entry[0]:
                 stacks[shown_name(name if type(name) is str else str(name))] = frames
