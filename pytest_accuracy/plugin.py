@@ -127,6 +127,10 @@ def pytest_configure(config: pytest.Config) -> None:
         if missing:  # here, not at collection: xdist's controller says it too
             raise pytest.UsageError(missing)
     from pytest_accuracy.suite.heap import HeapSettings
+
+    # made before the imports below: under its collector setting, numpy's and the compare
+    # core's objects no longer set off a pass over the whole heap as they load (0.06 s)
+    heap = HeapSettings(config)
     from pytest_accuracy.suite.protocol import LightProtocol
     from pytest_accuracy.suite.readahead import ReadAhead
     from pytest_accuracy.suite.summary import AccuracyResults
@@ -134,7 +138,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(AccuracyResults(config), "accuracy-results")
     config.pluginmanager.register(ReadAhead(config), "accuracy-readahead")
     config.pluginmanager.register(LightProtocol(config), "accuracy-protocol")
-    config.pluginmanager.register(HeapSettings(config), "accuracy-heap")
+    config.pluginmanager.register(heap, "accuracy-heap")
 
 
 class _SuiteWatch:

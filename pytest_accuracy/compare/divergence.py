@@ -447,8 +447,9 @@ class FirstNonFinite:
 def find_first_nonfinite(cmp: Comparison) -> FirstNonFinite | None:
     """First NPU node whose outputs hold NaN/Inf from finite inputs (from metadata) where the
     bench's same output is finite: a mask filled with -inf on both sides is by design."""
+    unsure: dict[int, bytes] = {}  # id(columns) -> its unsure_rows(): most records skip _finite
     for index, (dump, call) in enumerate(cmp.entries):
-        bad = [r for r in call.output_tensors if not _finite(r)]
+        bad = [r for r in call.output_tensors if not _surely_finite(r, unsure) and not _finite(r)]
         if not bad or not all(_finite(r) for r in call.input_tensors + call.parameters):
             continue
         bench = cmp.bench_call(index)
@@ -457,6 +458,16 @@ def find_first_nonfinite(cmp: Comparison) -> FirstNonFinite | None:
         if only_npu:
             return FirstNonFinite(call.name, dump.step, dump.rank, only_npu[0].path)
     return None
+
+
+def _surely_finite(rec: TensorRecord, unsure: dict[int, bytes]) -> bool:
+    at = rec.stats_row
+    if at is None:
+        return False
+    rows = unsure.get(id(at[0]))
+    if rows is None:
+        rows = unsure[id(at[0])] = at[0].unsure_rows()
+    return not rows[at[1]]
 
 
 def _finite(rec: TensorRecord) -> bool:

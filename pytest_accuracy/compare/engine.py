@@ -72,6 +72,9 @@ class Comparison:
         self._lock = threading.Lock()
         self.noise = noise
         self._learned: dict[int, tuple[NodeNoise | None, CompareCriteria]] = {}
+        # every step and rank paired and none made a region (``_in_region``): region_of is
+        # asked ~6 times a node, and is None for all of them
+        self._regionless = False
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -196,6 +199,8 @@ class Comparison:
 
     def region_of(self, index: int) -> str | None:
         """The region a region-node pair's call is compared with (in words), else None."""
+        if self._regionless:
+            return None
         dump, call = self.entries[index]
         self.bench_call(index)  # pairs this step and rank
         pairs = self._pairs.get((dump.step, dump.rank))
@@ -279,6 +284,7 @@ class Comparison:
             if i == 0 or dump is not self.entries[i - 1][0]:
                 self.bench_call(i)  # pairs this step and rank
         if not any(isinstance(p, PairMap) and p.regions for p in self._pairs.values()):
+            self._regionless = True
             return _never
         return lambda i: self.region_of(i) is not None
 

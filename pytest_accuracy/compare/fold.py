@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
 from types import ModuleType
 
-import ml_dtypes
 import numpy as np
 
 from pytest_accuracy.switches import env_switch
@@ -25,14 +25,20 @@ try:  # built at install time where a C compiler was found
 except ImportError:  # pragma: no cover - depends on the install
     _compiled = None
 
-# numpy dtype -> the kernel's element kind (_metrics.c: K_F64 ...); others fold in numpy.
-_KINDS: dict[np.dtype, int] = {
-    np.dtype(name): i
-    for i, name in enumerate(
-        ("float64", "float32", "float16", ml_dtypes.bfloat16, "int8", "int16", "int32", "int64",
-         "uint8", "uint16", "uint32", "uint64", "bool")
-    )
-}
+@cache
+def _kinds() -> dict[np.dtype, int]:
+    """numpy dtype -> the kernel's element kind (_metrics.c: K_F64 ...); others fold in numpy.
+    Made at the first fold: ml_dtypes costs 0.06 s to import, and a statistics run (a gate's)
+    never folds a tensor."""
+    import ml_dtypes
+
+    return {
+        np.dtype(name): i
+        for i, name in enumerate(
+            ("float64", "float32", "float16", ml_dtypes.bfloat16, "int8", "int16", "int32",
+             "int64", "uint8", "uint16", "uint32", "uint64", "bool")
+        )
+    }
 
 
 @dataclass(frozen=True)
@@ -60,7 +66,8 @@ def fold(npu: np.ndarray, bench: np.ndarray, *, baseline: bool = False) -> Folde
     ``baseline`` makes the kernel take its baseline-ISA loop even where AVX2 is there.
     """
     compiled = kernel()
-    kinds = (_KINDS.get(npu.dtype), _KINDS.get(bench.dtype))
+    known = _kinds()
+    kinds = (known.get(npu.dtype), known.get(bench.dtype))
     if compiled is None or kinds[0] is None or kinds[1] is None:
         return fold_numpy(npu, bench)
     n, b = _raw(npu), _raw(bench)

@@ -141,9 +141,11 @@ def _gradients_by_shape(records: list[TensorRecord], by_path: dict[str, TensorRe
     primitive's input gradients last input first: Mul(x, r)'s as (dr, dx)): paired by their
     shapes where every shape is one gradient's on both sides, else left by position."""
     mine = [r for r in records if r.role == "output"]
+    if len(mine) < 2:  # one gradient (most backwards) pairs by its position
+        return {}
     theirs = [r for p, r in by_path.items() if p.startswith("output")]
     shapes = [r.shape for r in mine]
-    if (len(mine) < 2 or len(set(shapes)) != len(shapes) or len(theirs) != len(mine)
+    if (len(set(shapes)) != len(shapes) or len(theirs) != len(mine)
             or sorted(shapes) != sorted(r.shape for r in theirs)
             or all(by_path.get(r.path) is not None and by_path[r.path].shape == r.shape
                    for r in mine)):

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pytest_accuracy.compare import replay
 from pytest_accuracy.compare.criteria import less_precise
 from pytest_accuracy.compare.fold import fold
 from pytest_accuracy.compare.norms import fit_pair, norm_kind
@@ -23,6 +23,9 @@ from pytest_accuracy.dumps.model import FLOAT_EPS, Call, TensorRecord
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.precheck.args import Unsupported
 from pytest_accuracy.precheck.registry import resolve
+
+if TYPE_CHECKING:
+    from pytest_accuracy.compare import replay
 
 # Replays cost a float64 pass over the node; past this many elements per side the node
 # keeps the value rule alone (and says so), so a huge dump's compare stays bounded.
@@ -73,8 +76,7 @@ def local_error(
 ) -> LocalError | str:
     """Both sides' local errors, or why they cannot be measured here."""
     kind = _norm_pair(npu, bench)
-    replay_npu, replay_bench = replayer(npu, npu_fw), replayer(bench, bench_fw)
-    if kind is None and (replay_npu is None or replay_bench is None):
+    if kind is None and not (_replayable(npu, npu_fw) and _replayable(bench, bench_fw)):
         return f"no float64 reference for {npu.prefix}.{npu.op}"
     if not all(r.has_data for r in _records(npu) + _records(bench)):
         return "no tensor data (statistics or md5 dump)"
@@ -82,6 +84,7 @@ def local_error(
         return f"over {MAX_REPLAY_ELEMENTS} elements, not replayed"
     if kind is not None:
         return _norm_error(npu, bench, kind, band)
+    replay_npu, replay_bench = replayer(npu, npu_fw), replayer(bench, bench_fw)
     assert replay_npu is not None and replay_bench is not None
     try:
         ours = _side_error(npu, replay_npu(npu))
@@ -116,12 +119,25 @@ def replayer(call: Call, framework: str) -> replay.Replay | None:
     """The float64 replay of ``call``, or None where no reference exists."""
     if call.direction != "forward":
         return None
+    # imported where a replay may be made: its precheck modules and ml_dtypes (~0.08 s) are
+    # no cost of a run whose nodes have none (a backward, an op without a reference)
+    from pytest_accuracy.compare import replay
+
     if call.kind == "api":
         spec = resolve(framework, f"{call.prefix}.{call.op}")
         return replay.api_replay(spec) if spec is not None else None
     if call.kind == "module":
         return replay.module_replay(call.op)
     return None
+
+
+def _replayable(call: Call, framework: str) -> bool:
+    """``replayer(call, framework) is not None``, without making the replay: an API's is
+    made for every reference the registry resolves, so a statistics run (no data to replay)
+    never loads the replay modules."""
+    if call.direction == "forward" and call.kind == "api":
+        return resolve(framework, f"{call.prefix}.{call.op}") is not None
+    return replayer(call, framework) is not None
 
 
 def _records(call: Call) -> list[TensorRecord]:
@@ -135,6 +151,8 @@ def _elements(call: Call) -> int:
 def _side_error(call: Call, refs: list[np.ndarray]) -> tuple[float, str, str] | None:
     """The worst relative L2 error over the float outputs the replay produced."""
     worst: tuple[float, str, str] | None = None
+    from pytest_accuracy.compare import replay  # loaded: refs came from a replay
+
     pick = refs.pick if isinstance(refs, replay.Sampled) else None
     for record, ref in zip(call.output_tensors, refs, strict=False):
         if record.dtype not in FLOAT_EPS or ref is None:

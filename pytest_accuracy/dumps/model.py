@@ -158,7 +158,8 @@ class TensorRecord:
 
     @property
     def has_data(self) -> bool:
-        return self.data_root is not None and bool(self.data_name)
+        # data_root's own test first, without the property: asked ~3 times a record
+        return bool(self.data_name) and self._source.data_root is not None
 
     def load(self) -> np.ndarray:
         """The tensor's values (memory-mapped where the format allows).
@@ -299,6 +300,9 @@ class SharedValues(Generic[V]):
     def __init__(self, bound: int) -> None:
         self._known: dict[V, V] = {}
         self._bound = bound
+        # the kept value, or None: ``shared.known(v) or shared(v)`` spares a hot loop (a
+        # reader's 200k calls a side) the method call where the value is kept already
+        self.known: Callable[[V], V | None] = self._known.get
 
     def __call__(self, value: V) -> V:
         known = self._known.get(value)
@@ -317,7 +321,8 @@ _SIGNATURES: SharedValues[DtypeSignature] = SharedValues(4096)
 
 
 def _signature(*groups: list[TensorRecord]) -> DtypeSignature:
-    return _SIGNATURES(tuple([(r.path, r.dtype) for group in groups for r in group]))
+    signature = tuple([(r.path, r.dtype) for group in groups for r in group])
+    return _SIGNATURES.known(signature) or _SIGNATURES(signature)
 
 
 def _tensors_of(args: list[Arg]) -> list[TensorRecord]:

@@ -66,6 +66,15 @@ class StatsColumns:
                 return odd
         return _new_stats(Stats, self._values[row * 4 : row * 4 + 4])
 
+    def unsure_rows(self) -> bytes:
+        """Per row, 1 where its Max or Min may be NaN/Inf or its Mean NaN (a statistic not
+        recorded counts: NaN here), 0 where each is certainly a finite float: a scan for
+        NaN/Inf asks its records only where this says 1."""
+        values = self.array()
+        with np.errstate(invalid="ignore"):
+            sure = np.isfinite(values[:, 0]) & np.isfinite(values[:, 1]) & ~np.isnan(values[:, 2])
+        return (~sure).astype(np.uint8).tobytes()
+
     def array(self) -> np.ndarray:
         """The rows as a (rows, 4) float64 view: Max, Min, Mean, Norm; NaN where not recorded."""
         return np.frombuffer(self._values, dtype=np.float64).reshape(-1, 4)

@@ -57,9 +57,12 @@ def nodes_inside(dump: Dump, names: Iterable[str]) -> list[Call]:
     """The calls of ``dump`` inside the named modules, or of the named API calls."""
     scopes = [module_path(n) for n in names if is_module(n)]
     apis = {api_entry(n) for n in names if not is_module(n)}
+    # a name's api_entry is the name itself or "P.op.I." with the name starting "P.op.":
+    # tested first, it spares parsing every name of a big dump (0.1 s at 20k nodes a side)
+    heads = tuple({entry.rsplit(".", 2)[0] + "." for entry in apis})
     chosen = {c.name for c in dump.calls if (c.kind in ("module", "params_grad") and any(
         _within(module_path(c.name), s) for s in scopes)) or (c.kind == "api" and (
-            api_entry(c.name) in apis))}
+            c.name in apis or c.name.startswith(heads)) and api_entry(c.name) in apis)}
     if scopes:  # APIs of a mix dump: their construct.json parent is inside a chosen module
         chosen |= {c.name for c in dump.calls if c.kind == "api" and _under(dump, c, chosen)}
     return [c for c in dump.calls if c.name in chosen]

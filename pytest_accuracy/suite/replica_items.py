@@ -32,17 +32,21 @@ _PARALLEL_KEY = pytest.StashKey[tuple[tuple[int, int, int, str] | None]]()
 
 def _from_config(config: pytest.Config) -> tuple[int, int, int, str] | None:
     """The NPU config's (tp, dp, pp, where), read once a run (collection and the header ask)."""
+    if _PARALLEL_KEY not in config.stash:
+        path = setting(config, "npu_config")
+        config.stash[_PARALLEL_KEY] = (_config_parallel(str(path)) if path else None,)
+    return config.stash[_PARALLEL_KEY][0]
+
+
+def _config_parallel(path: str) -> tuple[int, int, int, str] | None:
+    # imported only where a config is given: the config readers and yaml are 0.05 s
     from pytest_accuracy.configs.layout import config_parallel
     from pytest_accuracy.errors import AccuracyInputError
 
-    if _PARALLEL_KEY not in config.stash:
-        path = setting(config, "npu_config")
-        try:
-            found = config_parallel(str(path)) if path else None
-        except (AccuracyInputError, OSError, ValueError):
-            found = None  # the config items say what is wrong with it
-        config.stash[_PARALLEL_KEY] = (found,)
-    return config.stash[_PARALLEL_KEY][0]
+    try:
+        return config_parallel(path)
+    except (AccuracyInputError, OSError, ValueError):
+        return None  # the config items say what is wrong with it
 
 
 def npu_layout(config: pytest.Config, dumps: DumpSet) -> Layout:

@@ -95,9 +95,6 @@ class SuiteState:
     def _runs(self, rank: int | None = None) -> tuple[DumpSet, DumpSet, BenchNoise | None]:
         """The NPU dump, the bench as the NPU's ranks see it (their layouts may differ) and
         the bench's noise run, checked: ``rank`` alone, or every rank selected."""
-        from pytest_accuracy.compare.bench_noise import BenchNoise
-        from pytest_accuracy.pairing.shards import relayout, with_joined
-
         assert self.npu is not None and self.bench is not None
         peers = self._dp_peers(rank)
         npu = self._load(self.npu, {rank} | peers if rank is not None else None)
@@ -123,6 +120,10 @@ class SuiteState:
             _refuse(exc.problem, self.npu, rank)
         if self.layouts is None:
             return npu, bench, noise
+        # imported where layouts differ: a run of one layout never loads them (0.01 s)
+        from pytest_accuracy.compare.bench_noise import BenchNoise
+        from pytest_accuracy.pairing.shards import relayout, with_joined
+
         mine, theirs = self.layouts
         view = relayout(npu, mine, bench, theirs)
         self.view_notes = view.notes
