@@ -148,6 +148,11 @@ def test_rank_items_load_their_dp_peers_to_join_statistics(pytester: pytest.Pyte
     assert ": Functional.linear.0.forward (step 0, ranks 1, 3 joined" in said, said
     result, said = _run(pytester, "mix", "tp2dp2", "tp4", True, "--acc-items=rank")
     assert result.ret == 0, said
+    # a rank the bench has no rank of its number meets its layout's: an item, and covered
+    result, said = _run(pytester, "mix", "dp2", "tp1", True, "--acc-items=rank", "-rA")
+    assert result.ret == 0, said
+    result.stdout.fnmatch_lines(["PASSED accuracy::compare::rank1",
+                                 "PASSED accuracy::compare::coverage"])
 
 
 def test_sums_over_the_batch_meet_the_bench_where_their_parts_add_up(
@@ -181,3 +186,32 @@ def test_a_split_no_layout_explains_is_hinted(pytester: pytest.Pytester) -> None
     assert result.ret == 1
     result.stdout.fnmatch_lines(["The NPU run has 2 ranks at step 0 and the bench 1: their "
                                  "parallel layouts could not be read from the dumps*"])
+
+
+def _configs(pytester: pytest.Pytester, npu_dp: int) -> tuple[str, str]:
+    """MindFormers configs of the NPU run (DP=npu_dp) and the one-rank bench, as the config
+    checklist reads them."""
+    made = []
+    for name, dp in (("npu.yaml", npu_dp), ("bench.yaml", 1)):
+        path = pytester.path / name
+        path.write_text(f"parallel_config:\n  data_parallel: {dp}\n  model_parallel: 1\n"
+                        "  pipeline_stage: 1\n")
+        made.append(f"--acc-{name.split('.')[0]}-config={path}")
+    return made[0], made[1]
+
+
+def test_the_configs_give_the_layouts_before_any_rank_is_read(
+        pytester: pytest.Pytester) -> None:
+    """Known before loading, the configs' layouts serve rank items too (which read no
+    layout from the dumps); a config whose world is not the dump's rank count says nothing,
+    and the dumps are read instead."""
+    result, said = _run(pytester, "mix", "dp2", "tp1", False, *_configs(pytester, 2),
+                        "--acc-items=rank", "-k", "compare")
+    assert result.ret == 0, said
+    result.stdout.fnmatch_lines(["Layouts differ: NPU tp=1,dp=2,pp=1 against bench "
+                                 "tp=1,dp=1,pp=1 (read from the configs: *npu.yaml: "
+                                 "parallel_config.data_parallel (tp=1, dp=2, pp=1) and *"])
+    result, said = _run(pytester, "mix", "dp2", "tp1", False, *_configs(pytester, 4),
+                        "-k", "compare")
+    assert result.ret == 0, said
+    result.stdout.fnmatch_lines(["Layouts differ: * (inferred from the dumps: 2 ranks*"])

@@ -65,15 +65,25 @@ def rank_items(group: AccuracyGroup, state: SuiteState, ranks: list[int]
     steps = parse_int_set(setting(group.config, "steps_select"), "steps")
     assert state.npu is not None and state.bench is not None
     npu = dump_files(state.npu, steps=steps, ranks=ranks) or []
-    bench = dump_files(state.bench, steps=steps, ranks=ranks) or []
+    layouts = state.layouts  # given, or set by the configs (the dumps' need every rank read)
+    bench = dump_files(state.bench, steps=steps, ranks=ranks if layouts is None else None) or []
     same = same_run_files(npu, bench)
     if same:
         raise pytest.UsageError(same)
-    theirs = {r for _, r, _ in bench}
+    theirs = {(s, r) for s, r, _ in bench}
+    mine = {(s, r) for s, r, _ in npu}
+    # the bench ranks each NPU rank meets: its own number, or its layout's
+    if layouts is not None:
+        from pytest_accuracy.pairing.layouts import bench_ranks
+
+        missing = sorted((s, r) for s, r in mine if any(
+            (s, b) not in theirs for b in bench_ranks(layouts[0], layouts[1], r)))
+    else:
+        missing = sorted(mine - theirs)
+    lacking = set(missing)
     for rank in ranks:  # a rank only the NPU run dumped: the coverage item names it
-        if rank in theirs:
+        if any(r == rank and (s, r) not in lacking for s, r in mine):
             yield RankItem.from_parent(group, name=f"rank{rank}", rank=rank)
-    missing = sorted({(s, r) for s, r, _ in npu} - {(s, r) for s, r, _ in bench})
     yield RankCoverageItem.from_parent(group, name="coverage", missing=missing)
 
 

@@ -132,6 +132,24 @@ class SuiteState:
                                _only(relayout(npu, mine, noise.noise, theirs), rank, peers))
         return _only(with_joined(npu, view), rank, peers), _only(view, rank, peers), noise
 
+    @cached_property
+    def config_layouts(self) -> tuple[Layout, Layout, str] | None:
+        """The runs' layouts as their configs set them (--acc-npu-config, --acc-bench-config,
+        read as the config checklist reads them), where they differ and each run dumped as
+        many ranks as its config has; else None (the dumps may still tell)."""
+        from pytest_accuracy.pairing.layouts import Layout, layouts_problem
+
+        assert self.npu is not None and self.bench is not None
+        found = [_config_layout(setting(self.config, key), path)
+                 for key, path in (("npu_config", self.npu), ("bench_config", self.bench))]
+        mine, theirs = found
+        if mine is None or theirs is None:
+            return None
+        npu, bench = Layout(*mine[0]), Layout(*theirs[0])
+        if npu == bench or layouts_problem(npu, bench):
+            return None  # the same, or ones the compare cannot meet: the dumps decide
+        return npu, bench, f"read from the configs: {mine[1]} and {theirs[1]}"
+
     def _dp_peers(self, rank: int | None) -> set[int]:
         """A rank item's DP peers where the bench has fewer DP ranks: their statistics
         joined meet the bench's (``batch_parts.dp_joins``); loaded, not compared."""
@@ -144,9 +162,14 @@ class SuiteState:
 
     @property
     def layouts(self) -> tuple[Layout, Layout] | None:
-        """The (NPU, bench) layouts where their tensor parallelism differs, else None: as
-        given, or as inferred from the dumps."""
-        return self.given_layouts or (self.inferred[:2] if self.inferred else None)
+        """The (NPU, bench) layouts where they differ: as given, as the runs' configs set them
+        (known before any rank is read: rank items use them too), or as inferred from the
+        dumps."""
+        if self.given_layouts:
+            return self.given_layouts
+        if self.inferred is None and self.npu and self.bench and self.config_layouts:
+            self.inferred = self.config_layouts  # said as inferred ones are, with its source
+        return self.inferred[:2] if self.inferred else None
 
     def _infer(self, npu: DumpSet, bench: DumpSet) -> None:
         """Layouts read from the dumps where their ranks differ in number (none given)."""
@@ -225,6 +248,29 @@ class SuiteState:
         from pytest_accuracy.suite.registry import extra_groups
 
         yield from extra_groups(self.config)
+
+
+def _config_layout(config: object, dump: Path) -> tuple[tuple[int, int, int], str] | None:
+    """(tp, dp, pp) and where, from a run's config, where its world is the dump's rank count
+    at its first step (a config of another run, or a part dumped, says nothing here)."""
+    if not config:
+        return None
+    from pytest_accuracy.configs.layout import config_parallel
+    from pytest_accuracy.dumps.layout import dump_files
+    from pytest_accuracy.errors import AccuracyInputError
+
+    try:
+        found = config_parallel(str(config))
+    except (AccuracyInputError, OSError, ValueError):
+        return None  # the config items say what is wrong with it
+    files = dump_files(dump)
+    if found is None or not files:
+        return None
+    tp, dp, pp, where = found
+    step = min(s for s, _, _ in files)
+    if len({r for s, r, _ in files if s == step}) != tp * dp * pp:
+        return None
+    return (tp, dp, pp), f"{where} (tp={tp}, dp={dp}, pp={pp})"
 
 
 def _only(dumps: DumpSet, rank: int | None, peers: set[int]) -> DumpSet:
