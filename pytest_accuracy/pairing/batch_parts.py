@@ -24,6 +24,15 @@ def dp_sources(npu: Layout, bench: Layout, dp_rank: int) -> list[int]:
     return list(range(dp_rank * per, (dp_rank + 1) * per))
 
 
+def dp_group(npu: Layout, bench: Layout, rank: int) -> list[int]:
+    """NPU ``rank`` and its DP peers whose parts of the batch make one bench DP rank's (the
+    same TP and PP place), in DP order: the rank alone where the bench has as many DP ranks
+    or more."""
+    t, d, p = npu.coords(rank)
+    per = max(1, npu.dp // bench.dp)
+    return [npu.rank(t, e, p) for e in range(d // per * per, d // per * per + per)]
+
+
 def batch_axis(npu: tuple[int, ...], bench: tuple[int, ...], dn: int, db: int) -> int | None:
     """The batch dimension: the first along which the NPU's size is the bench's times Db/Dn
     (a TP shard's dimension has another ratio: ``layouts_problem``)."""
@@ -51,11 +60,8 @@ def dp_joins(npu: DumpSet, npu_layout: Layout, bench: DumpSet, bench_layout: Lay
     joins: Joins = {}
     if npu_layout.dp <= bench_layout.dp:
         return joins
-    per = npu_layout.dp // bench_layout.dp
     for (step, rank), dump in npu.dumps.items():
-        t, d, p = npu_layout.coords(rank)
-        ranks = [npu_layout.rank(t, e, p) for e in range(d // per * per, d // per * per + per)]
-        peers = [npu.dumps.get((step, r)) for r in ranks]
+        peers = [npu.dumps.get((step, r)) for r in dp_group(npu_layout, bench_layout, rank)]
         sources = source_dumps(bench, npu_layout, bench_layout, step, rank)
         if sources and None not in peers:
             found = [peer for peer in peers if peer is not None]

@@ -9,9 +9,12 @@ relayouts it further where those differ too):
 * a tensor whose NPU shape is the bench's times Db/Dn along one dimension (the batch; the
   first such, before a TP shard's) is the NPU rank's slice of the bench rank's (an NPU of
   more DP ranks), or the bench DP ranks' joined (of fewer: their statistics combine);
-* a tensor of the bench's shape read or made by a call that reads a batch slice (the loss,
-  a parameter's gradient: sums over the batch; the DP all-reduce that completes a gradient
-  is outside the dump) is not compared: left out, and so is what reads it;
+* a tensor of the bench's shape made by a call that reads a batch slice (the loss, a
+  parameter's gradient: sums over the batch; the DP all-reduce that completes a gradient is
+  outside the dump) is the DP ranks' sum: where its parts are known (tensors, a scalar's
+  value) and the TP sizes agree, the NPU DP peers' values added up (over the backward's
+  scale, ``SumRecord`` in the NPU record's place) meet the bench's, or the bench DP ranks'
+  meet the NPU's; else it is left out, and so is what reads it;
 * a gradient of a loss averaged over the rank's part of the batch is Dn/Db times the bench's
   slice: the backward is compared at the scale the first batch gradient shows (1 or Dn/Db);
 * any other tensor (weights, masks) is the bench's as it is.
@@ -27,7 +30,13 @@ from dataclasses import replace
 
 from pytest_accuracy.dumps.model import Arg, Call, Dump, DumpSet, TensorRecord, is_collective
 from pytest_accuracy.dumps.stats import Stats
-from pytest_accuracy.pairing.batch_parts import Joins, batch_axis, dp_sources, records_of
+from pytest_accuracy.pairing.batch_parts import (
+    Joins,
+    batch_axis,
+    dp_group,
+    dp_sources,
+    records_of,
+)
 from pytest_accuracy.pairing.layouts import Layout
 from pytest_accuracy.pairing.shard_records import (
     BatchRecord,
@@ -69,12 +78,10 @@ def _peers(npu: DumpSet, npu_layout: Layout, bench_layout: Layout, step: int,
     """The NPU ranks whose parts of the batch make one bench DP rank's, at place (t, d, p)
     where the runs' TP sizes agree (their sums over the batch add up to the bench's), in DP
     order; None where one is not loaded or the TP sizes differ."""
-    t, d, p = place
     if npu_layout.tp != bench_layout.tp or npu_layout.dp <= bench_layout.dp:
         return None
-    per = npu_layout.dp // bench_layout.dp
-    found = [npu.dumps.get((step, npu_layout.rank(t, e, p)))
-             for e in range(d // per * per, d // per * per + per)]
+    found = [npu.dumps.get((step, r))
+             for r in dp_group(npu_layout, bench_layout, npu_layout.rank(*place))]
     return [f for f in found if f is not None] if None not in found else None
 
 

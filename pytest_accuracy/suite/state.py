@@ -155,10 +155,9 @@ class SuiteState:
         joined meet the bench's (``batch_parts.dp_joins``); loaded, not compared."""
         if rank is None or self.layouts is None or self.layouts[0].dp <= self.layouts[1].dp:
             return set()
-        mine, theirs = self.layouts
-        t, d, p = mine.coords(rank)
-        per = mine.dp // theirs.dp
-        return {mine.rank(t, e, p) for e in range(d // per * per, d // per * per + per)} - {rank}
+        from pytest_accuracy.pairing.batch_parts import dp_group
+
+        return set(dp_group(*self.layouts, rank)) - {rank}
 
     @property
     def layouts(self) -> tuple[Layout, Layout] | None:
