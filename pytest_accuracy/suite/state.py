@@ -12,6 +12,7 @@ import pytest
 
 from pytest_accuracy.settings import parse_int_set, path_setting, setting, typed_setting
 from pytest_accuracy.suite.heap import long_lived
+from pytest_accuracy.suite.run_layouts import config_layout, every_rank, layouts_hint, only
 
 if TYPE_CHECKING:  # numpy and the compare core load when a compare runs, not at start-up
     from pytest_accuracy.compare import Comparison, Pairing
@@ -101,11 +102,11 @@ class SuiteState:
         wanted = self._bench_ranks(npu)
         bench = self._load(self.bench, wanted if wanted is not None
                            else {rank} if rank is not None else None)
-        if self.layouts is None and rank is None and _every_rank(npu, self.npu) and (
-                _every_rank(bench, self.bench)):
+        if self.layouts is None and rank is None and every_rank(npu, self.npu) and (
+                every_rank(bench, self.bench)):
             self._infer(npu, bench)  # from a part, a stage's ranks would read as a whole run
             if self.inferred is None:
-                self.unread_layouts = _unread_layouts(self.npu, self.bench, part=False)
+                self.unread_layouts = layouts_hint(self.npu, self.bench, part=False)
         elif self.layouts is None:
             self.unread_layouts = self._unread_hint
         same = same_run(npu, bench) if self.layouts is None else None
@@ -128,9 +129,9 @@ class SuiteState:
         view = relayout(npu, mine, bench, theirs)
         self.view_notes = view.notes
         if noise is not None:
-            noise = BenchNoise(_only(view, rank, peers),
-                               _only(relayout(npu, mine, noise.noise, theirs), rank, peers))
-        return _only(with_joined(npu, view), rank, peers), _only(view, rank, peers), noise
+            noise = BenchNoise(only(view, rank, peers),
+                               only(relayout(npu, mine, noise.noise, theirs), rank, peers))
+        return only(with_joined(npu, view), rank, peers), only(view, rank, peers), noise
 
     @cached_property
     def config_layouts(self) -> tuple[Layout, Layout, str] | None:
@@ -140,7 +141,7 @@ class SuiteState:
         from pytest_accuracy.pairing.layouts import Layout, layouts_problem
 
         assert self.npu is not None and self.bench is not None
-        found = [_config_layout(setting(self.config, key), path)
+        found = [config_layout(setting(self.config, key), path)
                  for key, path in (("npu_config", self.npu), ("bench_config", self.bench))]
         mine, theirs = found
         if mine is None or theirs is None:
@@ -234,9 +235,9 @@ class SuiteState:
 
     @cached_property
     def _unread_hint(self) -> str | None:
-        """``_unread_layouts`` of the two runs, once a process (rank items ask it each)."""
+        """``layouts_hint`` of the two runs, once a process (rank items ask it each)."""
         assert self.npu is not None and self.bench is not None
-        return _unread_layouts(self.npu, self.bench)
+        return layouts_hint(self.npu, self.bench)
 
     def pairing(self) -> Pairing | None:
         from pytest_accuracy.suite.pairing import choose_pairing
@@ -247,77 +248,6 @@ class SuiteState:
         from pytest_accuracy.suite.registry import extra_groups
 
         yield from extra_groups(self.config)
-
-
-def _config_layout(config: object, dump: Path) -> tuple[tuple[int, int, int], str] | None:
-    """(tp, dp, pp) and where, from a run's config, where its world is the dump's rank count
-    at its first step (a config of another run, or a part dumped, says nothing here)."""
-    if not config:
-        return None
-    from pytest_accuracy.configs.layout import config_parallel
-    from pytest_accuracy.dumps.layout import dump_files
-    from pytest_accuracy.errors import AccuracyInputError
-
-    try:
-        found = config_parallel(str(config))
-    except (AccuracyInputError, OSError, ValueError):
-        return None  # the config items say what is wrong with it
-    files = dump_files(dump)
-    if found is None or not files:
-        return None
-    tp, dp, pp, where = found
-    step = min(s for s, _, _ in files)
-    if len({r for s, r, _ in files if s == step}) != tp * dp * pp:
-        return None
-    return (tp, dp, pp), f"{where} (tp={tp}, dp={dp}, pp={pp})"
-
-
-def _only(dumps: DumpSet, rank: int | None, peers: set[int]) -> DumpSet:
-    """``dumps`` without the ranks loaded as ``peers`` of ``rank``'s."""
-    if not peers:
-        return dumps
-    from pytest_accuracy.dumps.model import DumpSet
-
-    return DumpSet(dumps.root, {k: v for k, v in dumps.dumps.items() if k[1] == rank},
-                   {k: v for k, v in dumps.unmade.items() if k[1] == rank})
-
-
-def _every_rank(dumps: DumpSet, path: Path) -> bool:
-    """Whether ``dumps`` holds every rank the run at ``path`` has at its first step loaded
-    (its folders read; a dump that is no msprobe folder tree: taken as whole; nothing
-    loaded: nothing to infer from, whole)."""
-    from pytest_accuracy.dumps.layout import dump_files
-
-    keys = dumps.keys()
-    files = dump_files(path) if keys else None
-    if not files:
-        return True
-    step = keys[0][0]
-    return {r for s, r in keys if s == step} >= {r for s, r, _ in files if s == step}
-
-
-def _unread_layouts(npu: Path, bench: Path, part: bool = True) -> str | None:
-    """Where the runs' rank counts differ (their folders alone read): the layouts may differ,
-    and a part of the ranks does not tell (inference reads every rank), or (not ``part``)
-    every rank did not."""
-    from pytest_accuracy.dumps.layout import dump_files
-
-    mine, theirs = dump_files(npu), dump_files(bench)
-    if not mine or not theirs:
-        return None
-    step = min(s for s, _, _ in mine)
-    counts = [len({r for s, r, _ in files if s == step}) for files in (mine, theirs)]
-    if counts[0] == counts[1] or not counts[1]:
-        return None
-    why = ("where their parallel layouts differ, they are read from the dumps only when every "
-           "rank is loaded (not with --acc-ranks or rank items)" if part else
-           "their parallel layouts could not be read from the dumps (the ranks' first batches "
-           "are not one split of the same data, or the layouts are ones the compare cannot "
-           "meet)")
-    return (f"The NPU run has {counts[0]} rank{'s' if counts[0] > 1 else ''} at step {step} "
-            f"and the bench {counts[1]}: {why}, so ranks meet by number here; give "
-            "--acc-npu-layout and --acc-bench-layout (e.g. tp=2,pp=2 and tp=1) to compare "
-            "shard by slice.")
 
 
 def _empty_selection(path: Path, steps: set[int] | None, ranks: set[int] | None,
