@@ -65,7 +65,7 @@ def rank_items(group: AccuracyGroup, state: SuiteState, ranks: list[int]
     steps = parse_int_set(setting(group.config, "steps_select"), "steps")
     assert state.npu is not None and state.bench is not None
     npu = dump_files(state.npu, steps=steps, ranks=ranks) or []
-    layouts = state.layouts  # given, or set by the configs (the dumps' need every rank read)
+    layouts = state.layouts  # given, or set by the configs (inferring needs every rank read)
     bench = dump_files(state.bench, steps=steps, ranks=ranks if layouts is None else None) or []
     same = same_run_files(npu, bench)
     if same:
