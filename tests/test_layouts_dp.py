@@ -215,3 +215,20 @@ def test_the_configs_give_the_layouts_before_any_rank_is_read(
                         "-k", "compare")
     assert result.ret == 0, said
     result.stdout.fnmatch_lines(["Layouts differ: * (inferred from the dumps: 2 ranks*"])
+
+
+@pytest.mark.parametrize(("npu", "said"), [
+    ("tp2", "No divergence"),
+    ("tp2_fc1_transposed", "and Functional.linear.0.forward (step 0, rank 1; bench rank 0)")])
+def test_rank_items_with_a_tp_difference_read_their_tp_group(pytester: pytest.Pytester,
+                                                             npu: str, said: str) -> None:
+    """A rank item reads its TP peers too (not compared): they tell a partial value (a
+    vocabulary range's mask) from a replicated one. Read alone, the clean TP=2 run failed
+    against TP=1 at the mask, and rank 1 (no bench rank of its number) had no item."""
+    data = Path(__file__).parent / "data" / "real" / "layouts" / "L1"
+    result, found = compare_pair(pytester, data / npu, data / "tp1", "--acc-npu-layout=tp=2",
+                                 "--acc-bench-layout=tp=1", "--acc-items=rank", "-rA")
+    assert said in found, found
+    assert result.ret == (0 if npu == "tp2" else 1)
+    result.stdout.fnmatch_lines(["*accuracy::compare::rank1*",
+                                 "PASSED accuracy::compare::coverage"])

@@ -97,7 +97,7 @@ class SuiteState:
         """The NPU dump, the bench as the NPU's ranks see it (their layouts may differ) and
         the bench's noise run, checked: ``rank`` alone, or every rank selected."""
         assert self.npu is not None and self.bench is not None
-        peers = self._dp_peers(rank)
+        peers = self._view_peers(rank)
         npu = self._load(self.npu, {rank} | peers if rank is not None else None)
         wanted = self._bench_ranks(npu)
         bench = self._load(self.bench, wanted if wanted is not None
@@ -151,14 +151,20 @@ class SuiteState:
             return None  # the same, or ones the compare cannot meet: the dumps decide
         return npu, bench, f"read from the configs: {mine[1]} and {theirs[1]}"
 
-    def _dp_peers(self, rank: int | None) -> set[int]:
-        """A rank item's DP peers where the bench has fewer DP ranks: their statistics
-        joined meet the bench's (``batch_parts.dp_joins``); loaded, not compared."""
-        if rank is None or self.layouts is None or self.layouts[0].dp <= self.layouts[1].dp:
+    def _view_peers(self, rank: int | None) -> set[int]:
+        """A rank item's peers that the view of another layout reads (loaded, not compared):
+        its TP group where the TP sizes differ (they tell a partial value from a replicated
+        one), and its DP peers where the bench has fewer DP ranks (their statistics joined
+        meet the bench's, ``batch_parts.dp_joins``)."""
+        if rank is None or self.layouts is None:
             return set()
         from pytest_accuracy.pairing.batch_parts import dp_group
 
-        return set(dp_group(*self.layouts, rank)) - {rank}
+        mine, theirs = self.layouts
+        pp_rank = mine.coords(rank)[2]
+        places = range(mine.tp) if mine.tp != theirs.tp else [mine.coords(rank)[0]]
+        return {mine.rank(t, mine.coords(r)[1], pp_rank) for r in dp_group(mine, theirs, rank)
+                for t in places} - {rank}
 
     @property
     def layouts(self) -> tuple[Layout, Layout] | None:
