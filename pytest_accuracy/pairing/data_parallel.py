@@ -26,8 +26,6 @@ records taking the NPU records' place as a coarser bench's TP shards do (``with_
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from pytest_accuracy.dumps.model import Arg, Call, Dump, DumpSet, TensorRecord, is_collective
 from pytest_accuracy.dumps.stats import Stats
 from pytest_accuracy.pairing.batch_parts import (
@@ -42,6 +40,7 @@ from pytest_accuracy.pairing.shard_records import (
     BatchRecord,
     SumRecord,
     joined_stats,
+    remade_call,
     summable,
 )
 
@@ -171,16 +170,7 @@ class _DpView:
                 out.append(arg if axis is None else self._part(records, axis, whole))
             return out
 
-        inputs = view(base.inputs)
-        if is_collective(ours):  # its process group is the layout's: the NPU's own
-            theirs = {a.path: a for a in ours.inputs if not isinstance(a, TensorRecord)}
-            inputs = [theirs.get(a.path, a) if not isinstance(a, TensorRecord) else a
-                      for a in inputs]
-        made = replace(base, inputs=inputs, outputs=view(base.outputs),
-                       parameters=[r for r in view(list(base.parameters))
-                                   if isinstance(r, TensorRecord)],
-                       fixed_inputs=None, fixed_outputs=None, fixed_signature=None)
-        made.fix_tensors()
+        made = remade_call(base, ours, view, own_scalars=is_collective(ours))
         if dropped:
             self.left_out[base.name] = (
                 f"not compared: a value summed over the batch (the loss, a parameter's "

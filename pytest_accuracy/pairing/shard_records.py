@@ -4,35 +4,38 @@ statistics where only statistics were dumped (``pairing/shards.py`` builds the v
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from pytest_accuracy.compare.fold import as_float64
-from pytest_accuracy.dumps.model import RecordSource, TensorRecord, is_float_dtype
+from pytest_accuracy.dumps.model import (
+    Arg,
+    Call,
+    RecordSource,
+    TensorRecord,
+    is_float_dtype,
+)
 from pytest_accuracy.dumps.stats import Stats
 
 
-class ShardRecord(TensorRecord):
-    """A record made of bench records: the slice ``span`` along ``axis`` of their
-    concatenation, times ``scale`` (a gradient of a loss averaged over another batch)."""
+class MadeRecord(TensorRecord):
+    """A record made of other records (``parts``), its statistics given where they combine
+    exactly, else computed from the parts' tensors (once) where they have them."""
 
-    __slots__ = ("_axis", "_parts", "_scale", "_span", "_stats")
+    __slots__ = ("_parts", "_stats")
 
     def __init__(self, template: TensorRecord, shape: tuple[int, ...],
-                 parts: Sequence[TensorRecord], axis: int, span: tuple[int, int],
-                 stats: Stats, scale: float = 1.0) -> None:
-        stats = _scaled(stats, scale)
+                 parts: Sequence[TensorRecord], stats: Stats) -> None:
         super().__init__(template.path, template.role, template.dtype, template.raw_dtype,
                          shape, RecordSource(stats, None, template.dump_json, template.confine),
                          requires_grad=template.requires_grad)
-        self._parts, self._axis, self._span, self._scale = tuple(parts), axis, span, scale
+        self._parts = tuple(parts)
         self._stats: Stats | None = stats if stats.norm is not None else None
 
     @property
     def stats(self) -> Stats:
-        """Combined from the parts' statistics where the slice is whole shards, else computed
-        from their tensors (once) where they have them, else not recorded."""
         if self._stats is None:
             self._stats = _measured(self.load()) if self.has_data else Stats()
         return self._stats
@@ -44,6 +47,19 @@ class ShardRecord(TensorRecord):
     @property
     def has_data(self) -> bool:
         return all(p.has_data for p in self._parts)
+
+
+class ShardRecord(MadeRecord):
+    """A record made of bench records: the slice ``span`` along ``axis`` of their
+    concatenation, times ``scale`` (a gradient of a loss averaged over another batch)."""
+
+    __slots__ = ("_axis", "_scale", "_span")
+
+    def __init__(self, template: TensorRecord, shape: tuple[int, ...],
+                 parts: Sequence[TensorRecord], axis: int, span: tuple[int, int],
+                 stats: Stats, scale: float = 1.0) -> None:
+        super().__init__(template, shape, parts, _scaled(stats, scale))
+        self._axis, self._span, self._scale = axis, span, scale
 
     def load(self) -> np.ndarray:
         arrays = [as_float64(p.load()) for p in self._parts]
@@ -52,41 +68,40 @@ class ShardRecord(TensorRecord):
         return taken * self._scale if self._scale != 1.0 else taken
 
 
-class SumRecord(TensorRecord):
+class SumRecord(MadeRecord):
     """A record made of records of one shape: their sum times ``factor`` (a sum over the batch
     that several DP ranks made a part of each)."""
 
-    __slots__ = ("_factor", "_parts", "_stats")
+    __slots__ = ("_factor",)
 
     def __init__(self, template: TensorRecord, parts: Sequence[TensorRecord],
                  factor: float) -> None:
-        stats = _scalar_sum(parts, factor)
-        super().__init__(template.path, template.role, template.dtype, template.raw_dtype,
-                         template.shape,
-                         RecordSource(stats, None, template.dump_json, template.confine),
-                         requires_grad=template.requires_grad)
-        self._parts, self._factor = tuple(parts), factor
-        self._stats: Stats | None = stats if stats.norm is not None else None
-
-    @property
-    def stats(self) -> Stats:
-        if self._stats is None:
-            self._stats = _measured(self.load()) if self.has_data else Stats()
-        return self._stats
-
-    @property
-    def stats_row(self) -> None:
-        return None
-
-    @property
-    def has_data(self) -> bool:
-        return all(p.has_data for p in self._parts)
+        super().__init__(template, template.shape, parts, _scalar_sum(parts, factor))
+        self._factor = factor
 
     def load(self) -> np.ndarray:
         total = as_float64(self._parts[0].load()).copy()
         for part in self._parts[1:]:
             total += as_float64(part.load())
         return total * self._factor
+
+
+def remade_call(base: Call, ours: Call, view: Callable[[list[Arg]], list[Arg]],
+                own_scalars: bool) -> Call:
+    """The bench call ``base`` with its arguments as ``view`` makes them (``own_scalars``:
+    its non-tensor inputs the NPU call's, a process group or a vocabulary range being the
+    layout's, not a difference)."""
+    inputs = view(base.inputs)
+    if own_scalars:
+        theirs = {a.path: a for a in ours.inputs if not isinstance(a, TensorRecord)}
+        inputs = [theirs.get(a.path, a) if not isinstance(a, TensorRecord) else a
+                  for a in inputs]
+    made = replace(base, inputs=inputs, outputs=view(base.outputs),
+                   parameters=[r for r in view(list(base.parameters))
+                               if isinstance(r, TensorRecord)],
+                   fixed_inputs=None, fixed_outputs=None, fixed_signature=None)
+    made.fix_tensors()
+    return made
 
 
 def summable(records: Sequence[TensorRecord]) -> bool:

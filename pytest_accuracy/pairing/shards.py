@@ -43,6 +43,7 @@ from pytest_accuracy.pairing.shard_records import (
     ShardRecord,
     joined_stats,
     near,
+    remade_call,
     same_values,
     shard_axis,
     shard_of,
@@ -268,18 +269,7 @@ class _View:
                 out.append(record)
             return out
 
-        inputs = view(base.inputs)
-        if is_collective(ours) or why:
-            # its process group (or a vocabulary range) is the layout's, not a difference:
-            # the NPU's own, so that only the values are compared
-            theirs = {a.path: a for a in ours.inputs if not isinstance(a, TensorRecord)}
-            inputs = [theirs.get(a.path, a) if not isinstance(a, TensorRecord) else a
-                      for a in inputs]
-        made = replace(base, inputs=inputs, outputs=view(base.outputs),
-                       parameters=[r for r in view(list(base.parameters))
-                                   if isinstance(r, TensorRecord)],
-                       fixed_inputs=None, fixed_outputs=None, fixed_signature=None)
-        made.fix_tensors()
+        made = remade_call(base, ours, view, own_scalars=is_collective(ours) or bool(why))
         if dropped:
             self.left_out[base.name] = (
                 f"not compared: its output on NPU rank {self.mine.rank} (TP rank "
