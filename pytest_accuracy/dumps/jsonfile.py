@@ -77,6 +77,22 @@ def node_record(value: Any, path: Path) -> Any:
         raise AccuracyInputError(path, "JSON nests too deep to read") from None
 
 
+def typed_node_record(value: Any, decoder: Any) -> Any:
+    """A value of ``read_dump_json``'s "data" decoded by ``decoder`` (a typed msgspec JSON
+    decoder: its types decode what they name as the parse into dicts does), or None where
+    ``node_record`` must read it: not text, not of the decoder's types, or not ASCII (the
+    keys a type skips are checked as JSON, not as UTF-8: ``node_record`` refuses bad bytes
+    anywhere). It nests no deeper than ``node_record`` reads, since msgspec counts a typed
+    level as it counts an untyped one and this frame is one deeper than node_record's."""
+    if _msgspec is None or type(value) is not _msgspec.Raw:
+        return None
+    try:
+        record = decoder.decode(value)
+    except (_msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    return record if bytes(value).isascii() else None
+
+
 def parse_json_items(path: Path, raw: bytes) -> Iterator[tuple[str, Any]]:
     """The items of ``raw``'s top-level object (the text of ``path``), each value parsed as
     it is reached: the whole tree of a large file (a 100k-node stack.json's is ~60 MB) is

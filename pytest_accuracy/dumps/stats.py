@@ -56,6 +56,12 @@ class StatsColumns:
             self._values.extend(stats)  # type: ignore[arg-type]  # no None: checked above
         return row
 
+    def truncate(self, rows: int) -> None:
+        """Drop every row from ``rows`` on (a reader that reads a record again)."""
+        del self._values[rows * 4 :]
+        for row in [r for r in self._odd if r >= rows]:
+            del self._odd[row]
+
     def __len__(self) -> int:
         return len(self._values) >> 2
 
