@@ -188,6 +188,14 @@ def _check_parent_depth(path: Path, parents: dict[str, str | None]) -> None:
 
 def parse_node_name(name: str) -> tuple[CallKind, Direction, str, str, int]:
     """Split a node name into (kind, direction, prefix, api or class name, call index)."""
+    head, _, last = name.rpartition(".")
+    if last in _DIRECTIONS:  # most nodes: an API's, "<prefix>.<api>.<index>.<direction>"
+        stem, _, index = head.rpartition(".")
+        # the API branch below, where the name has 4 parts or more: its parts[-2] is a
+        # number, which the branches before it do not take
+        if index.isdigit() and "." in stem:
+            prefix, op = _API_STEMS.get(stem) or _api_stem(stem)
+            return "api", _DIRECTIONS[last], prefix, op, int(index)
     parts = name.split(".")
     prefix = parts[0]
     if len(parts) >= 3 and parts[-2] == "parameters_grad" and parts[-1].isdigit():
@@ -197,6 +205,18 @@ def parse_node_name(name: str) -> tuple[CallKind, Direction, str, str, int]:
     if len(parts) >= 4 and parts[-1] in _DIRECTIONS and parts[-2].isdigit():
         return "api", _DIRECTIONS[parts[-1]], prefix, ".".join(parts[1:-2]), int(parts[-2])
     return "api", "forward", prefix, ".".join(parts[1:]), 0
+
+
+# "<prefix>.<api>" -> (prefix, api): an API's every call repeats it (bounded: a hostile dump
+# could name a million)
+_API_STEMS: dict[str, tuple[str, str]] = {}
+
+
+def _api_stem(stem: str) -> tuple[str, str]:
+    prefix, _, op = stem.partition(".")  # parts[0] and ".".join(parts[1:-2]) of the name
+    if len(_API_STEMS) < 4096:
+        _API_STEMS[stem] = (prefix, op)
+    return prefix, op
 
 
 def module_scope(name: str) -> str:
