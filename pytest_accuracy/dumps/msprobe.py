@@ -167,23 +167,35 @@ def _check_parent_depth(path: Path, parents: dict[str, str | None]) -> None:
     """
     cap = limit("construct_depth")
     depth: dict[str, int] = {}
-    for start in parents:
-        chain: list[str] = []
-        on_chain: set[str] = set()
-        cur: str | None = start
-        while cur is not None and cur not in depth:
-            if cur in on_chain:
-                raise AccuracyInputError(path, f"node {brief(cur)} is its own ancestor")
-            chain.append(cur)
-            on_chain.add(cur)
-            cur = parents.get(cur)
-        below = depth[cur] if cur is not None else -1
-        for node in reversed(chain):
-            below += 1
-            depth[node] = below
+    for start, parent in parents.items():
+        if start in depth:
+            continue  # on a chain walked before, which was within the cap
+        if parent is None or parent in depth:  # most nodes: a root, or a parent's depth known
+            below = depth[start] = depth[parent] + 1 if parent is not None else 0
+        else:
+            below = _walk_chain(path, parents, depth, start)
         if below > cap:
             problem = f"parent chain of {brief(start)}: {over('construct_depth', below)}"
             raise AccuracyInputError(path, problem)
+
+
+def _walk_chain(path: Path, parents: dict[str, str | None], depth: dict[str, int],
+                start: str) -> int:
+    """The depth of ``start``, its ancestors' not known yet given theirs on the way."""
+    chain: list[str] = []
+    on_chain: set[str] = set()
+    cur: str | None = start
+    while cur is not None and cur not in depth:
+        if cur in on_chain:
+            raise AccuracyInputError(path, f"node {brief(cur)} is its own ancestor")
+        chain.append(cur)
+        on_chain.add(cur)
+        cur = parents.get(cur)
+    below = depth[cur] if cur is not None else -1
+    for node in reversed(chain):
+        below += 1
+        depth[node] = below
+    return below
 
 
 def parse_node_name(name: str) -> tuple[CallKind, Direction, str, str, int]:
