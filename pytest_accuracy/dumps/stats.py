@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import struct
 from array import array
 from typing import NamedTuple
 
@@ -29,6 +30,7 @@ class Stats(NamedTuple):
 
 _new_stats = tuple.__new__  # Stats from an iterable without NamedTuple's keyword __new__
 _NOT_RECORDED = (math.nan,) * 4
+_ROW = struct.Struct("4d").pack  # native order and size: array("d")'s own bytes
 
 
 class StatsColumns:
@@ -49,11 +51,13 @@ class StatsColumns:
     def add(self, stats: tuple[float | None, float | None, float | None, float | None]) -> int:
         """Append one record's (Max, Min, Mean, Norm), floats or None; its row."""
         row = len(self._values) >> 2
-        if None in stats:
+        try:
+            # four floats, most rows: packed as the array keeps them (native doubles) in
+            # one step, half the time of extend's four appends
+            self._values.frombytes(_ROW(*stats))
+        except struct.error:  # a None: not recorded (nothing was packed)
             self._values.extend(_NOT_RECORDED)
             self._odd[row] = _new_stats(Stats, stats)
-        else:
-            self._values.extend(stats)  # type: ignore[arg-type]  # no None: checked above
         return row
 
     def truncate(self, rows: int) -> None:
