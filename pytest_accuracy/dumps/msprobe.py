@@ -16,7 +16,7 @@ from pytest_accuracy.dumps.jsonfile import (
     node_record,
     parse_json_items,
     read_bytes,
-    read_dump_json,
+    read_dump_records,
     read_json,
     typed_node_record,
 )
@@ -48,7 +48,8 @@ _DIRECTIONS: dict[str, Direction] = {"forward": "forward", "backward": "backward
 
 def read_dump(dump_json: Path, *, step: int, rank: int, confine: Path | None = None) -> Dump:
     """Read one dump.json with the stack.json and construct.json beside it."""
-    doc = read_dump_json(dump_json)  # each record's text parsed as its Call is made
+    # each record's text parsed as its Call is made
+    doc, ascii_file = read_dump_records(dump_json)
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), dict):
         raise AccuracyInputError(
             dump_json, "not an msprobe dump.json: no 'data' object at top level"
@@ -60,9 +61,9 @@ def read_dump(dump_json: Path, *, step: int, rank: int, confine: Path | None = N
     mode = _dump_mode(doc, data, dump_json)
     stacks = _read_stacks(dump_json.parent / "stack.json")
     parents = _read_construct(dump_json.parent / "construct.json")
-    ctx = ReadContext(dump_json, data_root if mode == "tensor" else None, confine)
+    ctx = ReadContext(dump_json, data_root if mode == "tensor" else None, confine, ascii_file)
     calls = []
-    # each record is parsed here (read_dump_json leaves it as text where it can) and dropped
+    # each record is parsed here (read_dump_records leaves it as text where it can) and dropped
     # once its Call is built: the whole tree and every Call alive together were the peak
     # memory of a big dump
     for order, name in enumerate(list(data)):
@@ -263,7 +264,7 @@ def _read_call(name: str, value: Any, order: int, ctx: ReadContext) -> Call:
 def _typed_call(name: str, value: Any, order: int, ctx: ReadContext) -> Call | None:
     """The call of a record read through its typed decoding (~2x faster than as dicts, the
     same call); None where it must be read as dicts (``typed_node_record``, ``Unusual``)."""
-    record = typed_node_record(value, RECORD_DECODER)
+    record = typed_node_record(value, RECORD_DECODER, ctx.ascii_file)
     if record is None:
         return None
     rows = len(ctx.stats)

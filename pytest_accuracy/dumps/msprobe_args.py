@@ -37,8 +37,10 @@ TENSOR_TYPES = {
 class ReadContext:
     """What every record of one dump.json needs to know while being parsed."""
 
-    def __init__(self, dump_json: Path, data_root: Path | None, confine: Path | None) -> None:
+    def __init__(self, dump_json: Path, data_root: Path | None, confine: Path | None,
+                 ascii_file: bool = False) -> None:
         self.dump_json = dump_json  # for messages
+        self.ascii_file = ascii_file  # the whole dump.json is ASCII (typed_node_record)
         self.stats = StatsColumns()  # every record's statistics, one row each
         # what every record shares: the columns, the data directory, the file, the confine
         self.source = RecordSource(self.stats, data_root, dump_json, confine)
