@@ -34,7 +34,6 @@ from pytest_accuracy.dumps.msprobe_args import DTYPES as _DTYPES  # noqa: F401  
 from pytest_accuracy.dumps.msprobe_args import (
     RECORD_DECODER,
     ReadContext,
-    TypedRecord,
     Unusual,
     flatten,
     typed_args,
@@ -67,7 +66,8 @@ def read_dump(dump_json: Path, *, step: int, rank: int, confine: Path | None = N
     # once its Call is built: the whole tree and every Call alive together were the peak
     # memory of a big dump
     for order, name in enumerate(list(data)):
-        call = _read_call(name, data.pop(name), order, ctx)
+        value = data.pop(name)
+        call = _typed_call(name, value, order, ctx) or _read_call(name, value, order, ctx)
         call.parent = parents.get(call.name)
         call.stacks = stacks
         call.fix_tensors()
@@ -247,11 +247,8 @@ _counts: SharedValues[int] = SharedValues(65536)
 
 
 def _read_call(name: str, value: Any, order: int, ctx: ReadContext) -> Call:
-    """The call of one node of dump.json (its name as written, its value in "data")."""
-    # a parameters_grad record's keys are parameter names: never typed
-    call = _typed_call(name, value, order, ctx) if "parameters_grad" not in name else None
-    if call is not None:
-        return call
+    """The call of one node of dump.json (its name as written, its value in "data"), its
+    record parsed into dicts."""
     record = node_record(value, ctx.dump_json)
     if not isinstance(record, dict):
         raise AccuracyInputError(ctx.dump_json, f"node {brief(name)}: record is not an object")
@@ -262,32 +259,50 @@ def _read_call(name: str, value: Any, order: int, ctx: ReadContext) -> Call:
 
 
 def _typed_call(name: str, value: Any, order: int, ctx: ReadContext) -> Call | None:
-    """The call of a record read through its typed decoding (~2x faster than as dicts, the
-    same call); None where it must be read as dicts (``typed_node_record``, ``Unusual``)."""
+    """``_read_call``'s call, made from the record's typed decoding (~2x faster than from
+    dicts, the same call); None where it must be read as dicts (``typed_node_record``,
+    ``Unusual``), and for a parameters_grad record (its keys are parameter names)."""
+    if "parameters_grad" in name:
+        return None
     record = typed_node_record(value, RECORD_DECODER, ctx.ascii_file)
     if record is None:
         return None
     rows = len(ctx.stats)
     try:
-        return _parse_call(shown_name(name), record, order, ctx)
+        call = _new_call(shown_name(name), order)
+        if call.kind == "params_grad":
+            raise Unusual  # not reached: its name holds "parameters_grad"
+        name = call.name
+        if call.direction == "forward":
+            call.inputs = typed_args(record.input_args, "input", "input", ctx, name)
+            if (kwargs := record.input_kwargs) is not UNSET:
+                call.inputs += flatten(kwargs, "input", "input", ctx, name)
+            if (params := record.parameters) is not UNSET:
+                call.parameters = [p for p in flatten(params, "parameters", "parameter", ctx,
+                                                      name)
+                                   if isinstance(p, TensorRecord)] or _NONE_GIVEN
+        else:
+            call.inputs = typed_args(record.input, "input", "input", ctx, name)
+        call.outputs = typed_args(record.output, "output", "output", ctx, name)
     except (Unusual, RecursionError):  # read again as dicts, which say what is wrong
         ctx.stats.truncate(rows)  # with the rows of what it made: made again
         return None
+    return call
 
 
-def _parse_call(name: str, record: dict[str, Any] | TypedRecord, order: int,
-                ctx: ReadContext) -> Call:
+def _new_call(name: str, order: int) -> Call:
+    """A call of this name, its arguments not read yet."""
     kind, direction, prefix, op, index = parse_node_name(name)
     scope = module_scope(name) if kind in ("module", "params_grad") else ""
     shared = _shared.known
-    call = Call(name, kind, direction, order, _NONE_GIVEN, _NONE_GIVEN, _NONE_GIVEN, None, (),
+    return Call(name, kind, direction, order, _NONE_GIVEN, _NONE_GIVEN, _NONE_GIVEN, None, (),
                 shared(prefix) or _shared(prefix), shared(op) or _shared(op), scope,
                 _counts.known(index) or _counts(index))
-    if isinstance(record, TypedRecord):
-        if kind == "params_grad":
-            raise Unusual  # its keys are parameter names, which a typed record skips
-        _typed_args_of(call, record, ctx)
-        return call
+
+
+def _parse_call(name: str, record: dict[str, Any], order: int, ctx: ReadContext) -> Call:
+    call = _new_call(name, order)
+    kind, direction = call.kind, call.direction
     if kind == "params_grad":
         call.outputs = []
         for param, records in record.items():
@@ -316,18 +331,3 @@ def _parse_call(name: str, record: dict[str, Any] | TypedRecord, order: int,
 # one empty list, never changed (200k calls, 11 MB of empty lists less)
 _NONE_GIVEN: list[Any] = []
 
-
-def _typed_args_of(call: Call, record: TypedRecord, ctx: ReadContext) -> None:
-    """``_parse_call``'s arguments of an API or module call, from its typed record (UNSET
-    where the record has not the key: ``get``'s default, _NONE_GIVEN)."""
-    name = call.name
-    if call.direction == "forward":
-        call.inputs = typed_args(record.input_args, "input", "input", ctx, name)
-        if (kwargs := record.input_kwargs) is not UNSET:
-            call.inputs += flatten(kwargs, "input", "input", ctx, name)
-        if (params := record.parameters) is not UNSET:
-            call.parameters = [p for p in flatten(params, "parameters", "parameter", ctx, name)
-                               if isinstance(p, TensorRecord)] or _NONE_GIVEN
-    else:
-        call.inputs = typed_args(record.input, "input", "input", ctx, name)
-    call.outputs = typed_args(record.output, "output", "output", ctx, name)
