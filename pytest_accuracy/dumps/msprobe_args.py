@@ -195,9 +195,10 @@ class Slot(msgspec.Struct, gc=False):
     Min: Any = None
     Mean: Any = None
     Norm: Any = None
-    requires_grad: Any = None
-    md5: Any = None
-    data_name: Any = None
+    # what ``_tensor`` keeps of these as they are (another type: read as dicts)
+    requires_grad: bool | None = None
+    md5: str | None = None
+    data_name: str | None = None
     value: Any = msgspec.UNSET
 
 
@@ -259,19 +260,16 @@ def _slot_arg(slot: Slot, path: str, role: Role, ctx: ReadContext) -> Arg:
     if shape is msgspec.UNSET:  # an error's message, or a shape not valid: flatten's
         raise Unusual
     data_name = slot.data_name
-    if type(data_name) is not str or data_name in ("", "-1"):
+    if data_name == "" or data_name == "-1":
         data_name = None
-    md5 = slot.md5
     raw = slot.dtype
     if raw is msgspec.UNSET:
         raw = None  # as a dict's get gives it
     dtype = DTYPES.get(raw) if type(raw) is str else None
-    stats = (slot.Max, slot.Min, slot.Mean, slot.Norm)
-    for v in stats:  # nearly always four floats: converted only where one is not
-        if type(v) is not float:
-            stats = (_num(stats[0]), _num(stats[1]), _num(stats[2]), _num(stats[3]))
-            break
-    grad = slot.requires_grad
+    stats = (mx, mn, mean, norm) = (slot.Max, slot.Min, slot.Mean, slot.Norm)
+    if not (type(mx) is float and type(mn) is float and type(mean) is float
+            and type(norm) is float):  # nearly always four floats: converted where not
+        stats = (_num(mx), _num(mn), _num(mean), _num(norm))
     return TensorRecord(
         path,
         role,
@@ -279,8 +277,8 @@ def _slot_arg(slot: Slot, path: str, role: Role, ctx: ReadContext) -> Arg:
         dtype[0],
         _shapes.known(shape) or _shapes(shape),
         ctx.source,
-        grad if type(grad) is bool else None,
-        str(md5) if md5 is not None else None,
+        slot.requires_grad,
+        slot.md5,
         None,
         data_name,
         None,
