@@ -151,11 +151,18 @@ def _read_construct(path: Path) -> dict[str, str | None]:
     doc = read_json(path)
     if not isinstance(doc, dict):
         raise AccuracyInputError(path, "construct.json must map node names to parent names")
-    # one string per parent, not per child naming it (a module has many)
+    # one string per parent, not per child naming it (a module has many), escaped once
     shared: dict[str, str] = {}
-    parents = {shown_name(str(k)): (shared.setdefault(str(v), shown_name(str(v)))
-                                    if v is not None else None)
-               for k, v in doc.items()}
+    known = shared.get
+    # the keys (JSON's: strings) are shown as written where all of them are printable ASCII,
+    # asked of them joined (one scan, not a call a key)
+    plain = (joined := "".join(doc)).isascii() and joined.isprintable()
+    parents: dict[str, str | None] = {}
+    for k, v in doc.items():
+        if v is not None:
+            v = str(v)
+            v = known(v) or shared.setdefault(v, shown_name(v))
+        parents[k if plain else shown_name(k)] = v
     _check_parent_depth(path, parents)
     return parents
 
