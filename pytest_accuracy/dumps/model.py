@@ -234,9 +234,21 @@ class Call:
 
     def fix_tensors(self) -> None:
         """Compute the tensor inputs and outputs once: inputs and outputs are complete."""
-        ins, outs = _tensors_of(self.inputs), _tensors_of(self.outputs)
+        # _tensors_of and _signature written out: a reader's every node asks (~170 ns less)
+        # every element a TensorRecord once the loops below have looked (no cast: a call)
+        ins: list[TensorRecord] = self.inputs  # type: ignore[assignment]
+        outs: list[TensorRecord] = self.outputs  # type: ignore[assignment]
+        for a in ins:
+            if type(a) is not TensorRecord:
+                ins = [a for a in ins if isinstance(a, TensorRecord)]
+                break
+        for a in outs:
+            if type(a) is not TensorRecord:
+                outs = [a for a in outs if isinstance(a, TensorRecord)]
+                break
         self.fixed_inputs, self.fixed_outputs = ins, outs
-        self.fixed_signature = _signature(ins, self.parameters, outs)
+        signature = tuple([(r.path, r.dtype) for r in (*ins, *self.parameters, *outs)])
+        self.fixed_signature = _SIGNATURES.known(signature) or _SIGNATURES(signature)
 
     @property
     def dtype_signature(self) -> DtypeSignature:
