@@ -65,9 +65,14 @@ def read_dump(dump_json: Path, *, step: int, rank: int, confine: Path | None = N
     # each record is parsed here (read_dump_records leaves it as text where it can) and dropped
     # once its Call is built: the whole tree and every Call alive together were the peak
     # memory of a big dump
+    # every name shown as written where all of them are printable ASCII (asked of them
+    # joined, once: not a call a node)
+    plain = (joined := "".join(data)).isascii() and joined.isprintable()
+    del joined
     for order, name in enumerate(list(data)):
-        value = data.pop(name)
-        call = _typed_call(name, value, order, ctx) or _read_call(name, value, order, ctx)
+        value, shown = data.pop(name), name if plain else shown_name(name)
+        call = (_typed_call(name, shown, value, order, ctx)
+                or _read_call(name, shown, value, order, ctx))
         call.parent = parents.get(call.name)
         call.stacks = stacks
         call.fix_tensors()
@@ -253,19 +258,20 @@ _shared: SharedValues[str] = SharedValues(65536)
 _counts: SharedValues[int] = SharedValues(65536)
 
 
-def _read_call(name: str, value: Any, order: int, ctx: ReadContext) -> Call:
-    """The call of one node of dump.json (its name as written, its value in "data"), its
-    record parsed into dicts."""
+def _read_call(name: str, shown: str, value: Any, order: int, ctx: ReadContext) -> Call:
+    """The call of one node of dump.json (its name as written and as shown, its value in
+    "data"), its record parsed into dicts."""
     record = node_record(value, ctx.dump_json)
     if not isinstance(record, dict):
         raise AccuracyInputError(ctx.dump_json, f"node {brief(name)}: record is not an object")
     try:
-        return _parse_call(shown_name(name), record, order, ctx)
+        return _parse_call(shown, record, order, ctx)
     except RecursionError:
         raise AccuracyInputError(ctx.dump_json, f"node {brief(name)}: nests too deep") from None
 
 
-def _typed_call(name: str, value: Any, order: int, ctx: ReadContext) -> Call | None:
+def _typed_call(name: str, shown: str, value: Any, order: int,
+                ctx: ReadContext) -> Call | None:
     """``_read_call``'s call, made from the record's typed decoding (~2x faster than from
     dicts, the same call); None where it must be read as dicts (``typed_node_record``,
     ``Unusual``), and for a parameters_grad record (its keys are parameter names)."""
@@ -276,7 +282,7 @@ def _typed_call(name: str, value: Any, order: int, ctx: ReadContext) -> Call | N
         return None
     rows = len(ctx.stats)
     try:
-        call = _new_call(shown_name(name), order)
+        call = _new_call(shown, order)
         if call.kind == "params_grad":
             raise Unusual  # not reached: its name holds "parameters_grad"
         name = call.name
