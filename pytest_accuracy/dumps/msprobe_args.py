@@ -188,8 +188,9 @@ class Slot(msgspec.Struct, gc=False):
     """One item of a typed record's list: a tensor's or a scalar's keys (others are skipped:
     ``_tensor`` and a scalar with a "value" read none of them)."""
 
-    type: Any = msgspec.UNSET
-    dtype: Any = msgspec.UNSET
+    # a string or null, as nearly every slot has them (another type: read as dicts)
+    type: str | msgspec.UnsetType | None = msgspec.UNSET
+    dtype: str | msgspec.UnsetType | None = msgspec.UNSET
     shape: _Shape | msgspec.UnsetType = msgspec.UNSET
     Max: Any = None
     Min: Any = None
@@ -225,17 +226,24 @@ class Unusual(Exception):
     type nor a scalar's "value", a shape an error names): read it as dicts instead."""
 
 
+_UNSET = msgspec.UNSET
+# "input.0" and "output.0", the paths of most slots (child_path's own strings), without a key
+# tuple made for each
+_FIRST_CHILD = {"input": child_path("input", 0), "output": child_path("output", 0)}
+_NO_DATA = frozenset({"", "-1"})  # a data_name naming no file
+
+
 def typed_args(items: Items | msgspec.UnsetType, path: str, role: Role, ctx: ReadContext,
                node: str) -> list[Arg]:
     """``flatten(value, ...)`` of the value a typed record holds (UNSET: the key is absent,
     where the reader flattens an empty list), or Unusual."""
     if items is None:
         return [ScalarArg(path, "None", None)]
-    if items is msgspec.UNSET:
+    if items is _UNSET:
         return []
     if len(items) == 1 and type(item := items[0]) is Slot:
         # most calls' inputs or outputs: a list of one slot, not append's four (flatten's)
-        return [_slot_arg(item, CHILD_PATHS.get((path, 0)) or child_path(path, 0), role, ctx)]
+        return [_slot_arg(item, _FIRST_CHILD.get(path) or child_path(path, 0), role, ctx)]
     out: list[Arg] = []
     for i, item in enumerate(items):
         child = CHILD_PATHS.get((path, i)) or child_path(path, i)
@@ -249,23 +257,20 @@ def typed_args(items: Items | msgspec.UnsetType, path: str, role: Role, ctx: Rea
 def _slot_arg(slot: Slot, path: str, role: Role, ctx: ReadContext) -> Arg:
     """``flatten``'s record of a dict in a list, made from its typed slot."""
     kind = slot.type
-    if type(kind) is not str or kind not in TENSOR_TYPES:
-        # a scalar: flatten's ScalarArg of a dict with "type" and "value", no tensor by its
-        # keys (one with "dtype" and "shape" is, and a type that is no string is unusual)
-        if slot.value is msgspec.UNSET or (kind is not None and type(kind) is not str) or (
-                slot.dtype is not msgspec.UNSET and slot.shape is not msgspec.UNSET):
+    if kind not in TENSOR_TYPES:
+        # a scalar: flatten's ScalarArg of a dict with "type" (a string or null here) and
+        # "value", no tensor by its keys (one with "dtype" and "shape" is)
+        if kind is _UNSET or slot.value is _UNSET or (
+                slot.dtype is not _UNSET and slot.shape is not _UNSET):
             raise Unusual
         return ScalarArg(path, str(kind), slot.value)
     shape = slot.shape
-    if shape is msgspec.UNSET:  # an error's message, or a shape not valid: flatten's
+    if shape is _UNSET:  # an error's message, or a shape not valid: flatten's
         raise Unusual
     data_name = slot.data_name
-    if data_name == "" or data_name == "-1":
+    if data_name in _NO_DATA:
         data_name = None
-    raw = slot.dtype
-    if raw is msgspec.UNSET:
-        raw = None  # as a dict's get gives it
-    dtype = DTYPES.get(raw) if type(raw) is str else None
+    raw: Any = slot.dtype  # a string, null or UNSET: DTYPES has strings alone, the rest miss
     stats = (mx, mn, mean, norm) = (slot.Max, slot.Min, slot.Mean, slot.Norm)
     if not (type(mx) is float and type(mn) is float and type(mean) is float
             and type(norm) is float):  # nearly always four floats: converted where not
@@ -273,7 +278,7 @@ def _slot_arg(slot: Slot, path: str, role: Role, ctx: ReadContext) -> Arg:
     return TensorRecord(
         path,
         role,
-        (dtype := dtype or _dtype(raw))[1],
+        (dtype := DTYPES.get(raw) or _dtype(None if raw is _UNSET else raw))[1],
         dtype[0],
         _shapes.known(shape) or _shapes(shape),
         ctx.source,
