@@ -21,6 +21,7 @@ from pytest_accuracy.dumps.jsonfile import (
     typed_node_record,
 )
 from pytest_accuracy.dumps.model import (
+    Arg,
     Call,
     CallKind,
     Direction,
@@ -60,21 +61,20 @@ def read_dump(dump_json: Path, *, step: int, rank: int, confine: Path | None = N
     mode = _dump_mode(doc, data, dump_json)
     stacks = _read_stacks(dump_json.parent / "stack.json")
     parents = _read_construct(dump_json.parent / "construct.json")
-    ctx = ReadContext(dump_json, data_root if mode == "tensor" else None, confine, ascii_file)
+    ctx = ReadContext(dump_json, data_root if mode == "tensor" else None, confine, ascii_file,
+                      parents, stacks)
     calls = []
-    # each record is parsed here (read_dump_records leaves it as text where it can) and dropped
-    # once its Call is built: the whole tree and every Call alive together were the peak
-    # memory of a big dump
     # every name shown as written where all of them are printable ASCII (asked of them
     # joined, once: not a call a node)
     plain = (joined := "".join(data)).isascii() and joined.isprintable()
     del joined
+    # each record is parsed here (read_dump_records leaves it as text where it can) and dropped
+    # once its Call is built: the whole tree and every Call alive together were the peak
+    # memory of a big dump
     for order, name in enumerate(list(data)):
         value, shown = data.pop(name), name if plain else shown_name(name)
         call = (_typed_call(name, shown, value, order, ctx)
                 or _read_call(name, shown, value, order, ctx))
-        call.parent = parents.get(call.name)
-        call.stacks = stacks
         call.fix_tensors()
         calls.append(call)
     framework, notes = str(doc.get("framework") or ""), list[str]()
@@ -282,62 +282,67 @@ def _typed_call(name: str, shown: str, value: Any, order: int,
         return None
     rows = len(ctx.stats)
     try:
-        call = _new_call(shown, order)
-        if call.kind == "params_grad":
+        parsed = parse_node_name(shown)
+        kind, direction = parsed[0], parsed[1]
+        if kind == "params_grad":
             raise Unusual  # not reached: its name holds "parameters_grad"
-        name = call.name
-        if call.direction == "forward":
-            call.inputs = typed_args(record.input_args, "input", "input", ctx, name)
+        parameters: list[TensorRecord] = _NONE_GIVEN
+        if direction == "forward":
+            inputs = typed_args(record.input_args, "input", "input", ctx, shown)
             if (kwargs := record.input_kwargs) is not UNSET:
-                call.inputs += flatten(kwargs, "input", "input", ctx, name)
+                inputs += flatten(kwargs, "input", "input", ctx, shown)
             if (params := record.parameters) is not UNSET:
-                call.parameters = [p for p in flatten(params, "parameters", "parameter", ctx,
-                                                      name)
-                                   if isinstance(p, TensorRecord)] or _NONE_GIVEN
+                parameters = [p for p in flatten(params, "parameters", "parameter", ctx, shown)
+                              if isinstance(p, TensorRecord)] or _NONE_GIVEN
         else:
-            call.inputs = typed_args(record.input, "input", "input", ctx, name)
-        call.outputs = typed_args(record.output, "output", "output", ctx, name)
+            inputs = typed_args(record.input, "input", "input", ctx, shown)
+        outputs = typed_args(record.output, "output", "output", ctx, shown)
     except (Unusual, RecursionError):  # read again as dicts, which say what is wrong
         ctx.stats.truncate(rows)  # with the rows of what it made: made again
         return None
-    return call
+    return _call(shown, parsed, order, inputs, outputs, parameters, ctx)
 
 
-def _new_call(name: str, order: int) -> Call:
-    """A call of this name, its arguments not read yet."""
-    kind, direction, prefix, op, index = parse_node_name(name)
+def _call(name: str, parsed: tuple[CallKind, Direction, str, str, int], order: int,
+          inputs: list[Arg], outputs: list[Arg], parameters: list[TensorRecord],
+          ctx: ReadContext) -> Call:
+    """The call of this name (``parse_node_name``'s parts) with its arguments read (made in
+    one step: no field set again)."""
+    kind, direction, prefix, op, index = parsed
     scope = module_scope(name) if kind in ("module", "params_grad") else ""
     shared = _shared.known
-    return Call(name, kind, direction, order, _NONE_GIVEN, _NONE_GIVEN, _NONE_GIVEN, None, (),
-                shared(prefix) or _shared(prefix), shared(op) or _shared(op), scope,
-                _counts.known(index) or _counts(index))
+    return Call(name, kind, direction, order, inputs, outputs, parameters,
+                ctx.parents.get(name), (), shared(prefix) or _shared(prefix),
+                shared(op) or _shared(op), scope, _counts.known(index) or _counts(index),
+                None, None, None, ctx.stacks)
 
 
 def _parse_call(name: str, record: dict[str, Any], order: int, ctx: ReadContext) -> Call:
-    call = _new_call(name, order)
-    kind, direction = call.kind, call.direction
+    parsed = parse_node_name(name)
+    kind, direction = parsed[0], parsed[1]
     if kind == "params_grad":
-        call.outputs = []
+        outputs: list[Arg] = []
         for param, records in record.items():
             items = records if isinstance(records, list) else [records]
             for i, item in enumerate(items):
                 path = f"grad.{param}" if len(items) == 1 else f"grad.{param}.{i}"
-                call.outputs.extend(flatten(item, path, "grad", ctx, name))
-        return call
+                outputs.extend(flatten(item, path, "grad", ctx, name))
+        return _call(name, parsed, order, _NONE_GIVEN, outputs, _NONE_GIVEN, ctx)
     get = record.get
+    parameters: list[TensorRecord] = _NONE_GIVEN
     if direction == "forward":
-        call.inputs = flatten(get("input_args", _NONE_GIVEN), "input", "input", ctx, name)
+        inputs = flatten(get("input_args", _NONE_GIVEN), "input", "input", ctx, name)
         kwargs = get("input_kwargs", _NONE_GIVEN)
         if kwargs is not _NONE_GIVEN:
-            call.inputs += flatten(kwargs, "input", "input", ctx, name)
+            inputs += flatten(kwargs, "input", "input", ctx, name)
         params = get("parameters", _NONE_GIVEN)
         if params is not _NONE_GIVEN:
-            call.parameters = [p for p in flatten(params, "parameters", "parameter", ctx, name)
-                               if isinstance(p, TensorRecord)] or _NONE_GIVEN
+            parameters = [p for p in flatten(params, "parameters", "parameter", ctx, name)
+                          if isinstance(p, TensorRecord)] or _NONE_GIVEN
     else:
-        call.inputs = flatten(get("input", _NONE_GIVEN), "input", "input", ctx, name)
-    call.outputs = flatten(get("output", _NONE_GIVEN), "output", "output", ctx, name)
-    return call
+        inputs = flatten(get("input", _NONE_GIVEN), "input", "input", ctx, name)
+    outputs = flatten(get("output", _NONE_GIVEN), "output", "output", ctx, name)
+    return _call(name, parsed, order, inputs, outputs, parameters, ctx)
 
 
 # A key the record does not have, and the arguments or parameters of a call that has none:

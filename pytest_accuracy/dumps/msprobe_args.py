@@ -17,6 +17,7 @@ from pytest_accuracy.dumps.model import (
     Role,
     ScalarArg,
     SharedValues,
+    StackIndex,
     TensorRecord,
     canonical_dtype,
 )
@@ -38,9 +39,12 @@ class ReadContext:
     """What every record of one dump.json needs to know while being parsed."""
 
     def __init__(self, dump_json: Path, data_root: Path | None, confine: Path | None,
-                 ascii_file: bool = False) -> None:
+                 ascii_file: bool = False, parents: dict[str, str | None] | None = None,
+                 stacks: StackIndex | None = None) -> None:
         self.dump_json = dump_json  # for messages
         self.ascii_file = ascii_file  # the whole dump.json is ASCII (typed_node_record)
+        self.parents = parents or {}  # construct.json's: node -> parent
+        self.stacks = stacks  # stack.json's
         self.stats = StatsColumns()  # every record's statistics, one row each
         # what every record shares: the columns, the data directory, the file, the confine
         self.source = RecordSource(self.stats, data_root, dump_json, confine)
