@@ -253,7 +253,12 @@ class Call:
                 outs = [a for a in outs if isinstance(a, TensorRecord)]
                 break
         self.fixed_inputs, self.fixed_outputs = ins, outs
-        signature = tuple([(r.path, r.dtype) for r in (*ins, *self.parameters, *outs)])
+        params = self.parameters
+        if len(ins) == 1 and len(outs) == 1 and not params:  # most calls: no comprehension
+            i, o = ins[0], outs[0]
+            signature: DtypeSignature = ((i.path, i.dtype), (o.path, o.dtype))
+        else:
+            signature = tuple([(r.path, r.dtype) for r in (*ins, *params, *outs)])
         self.fixed_signature = _SIGNATURES.known(signature) or _SIGNATURES(signature)
 
     @property
