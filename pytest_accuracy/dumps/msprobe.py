@@ -31,14 +31,15 @@ from pytest_accuracy.dumps.model import (
     StackIndex,
     TensorRecord,
 )
-from pytest_accuracy.dumps.msprobe_args import DTYPES as _DTYPES  # noqa: F401  # tests ask it
 from pytest_accuracy.dumps.msprobe_args import (
-    RECORD_DECODER,
+    BACKWARD_DECODER,
+    FORWARD_DECODER,
     ReadContext,
     Unusual,
     flatten,
     typed_args,
 )
+from pytest_accuracy.dumps.msprobe_args import DTYPES as _DTYPES  # noqa: F401  # tests ask it
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.limits import limit, over
 from pytest_accuracy.text import brief, escape_line
@@ -277,17 +278,23 @@ def _typed_call(name: str, shown: str, value: Any, order: int,
     ``Unusual``), and for a parameters_grad record (its keys are parameter names)."""
     if "parameters_grad" in name:
         return None
-    record = typed_node_record(value, RECORD_DECODER, ctx.ascii_file)
+    try:
+        parsed = parse_node_name(shown)
+    except ValueError:  # a "digit" int() refuses: the dict walk fails where it does
+        return None
+    kind, direction = parsed[0], parsed[1]
+    if kind == "params_grad":
+        return None  # not reached: its name holds "parameters_grad"
+    # decoded as what the reader reads of the call's direction (the other keys skipped)
+    forward = direction == "forward"
+    record = typed_node_record(value, FORWARD_DECODER if forward else BACKWARD_DECODER,
+                               ctx.ascii_file)
     if record is None:
         return None
     rows = len(ctx.stats)
     try:
-        parsed = parse_node_name(shown)
-        kind, direction = parsed[0], parsed[1]
-        if kind == "params_grad":
-            raise Unusual  # not reached: its name holds "parameters_grad"
         parameters: list[TensorRecord] = _NONE_GIVEN
-        if direction == "forward":
+        if forward:
             inputs = typed_args(record.input_args, "input", "input", ctx, shown)
             if (kwargs := record.input_kwargs) is not UNSET:
                 inputs += flatten(kwargs, "input", "input", ctx, shown)

@@ -211,18 +211,26 @@ class Slot(msgspec.Struct, gc=False):
 Items = list[Slot | list[Any] | None] | None
 
 
-class TypedRecord(msgspec.Struct, gc=False):
-    """An API's or a module's record (a parameters_grad record's keys are parameter names:
-    never typed): the keys the reader reads, every other one skipped, as the reader skips it."""
+class ForwardRecord(msgspec.Struct, gc=False):
+    """A forward API's or module's record (a parameters_grad record's keys are parameter
+    names: never typed): the keys the reader reads of it, every other one skipped, as the
+    reader skips it."""
 
     input_args: Items | msgspec.UnsetType = msgspec.UNSET
     input_kwargs: Any = msgspec.UNSET
     parameters: Any = msgspec.UNSET
+    output: Items | msgspec.UnsetType = msgspec.UNSET
+
+
+class BackwardRecord(msgspec.Struct, gc=False):
+    """A backward API's or module's record, as ``ForwardRecord``."""
+
     input: Items | msgspec.UnsetType = msgspec.UNSET
     output: Items | msgspec.UnsetType = msgspec.UNSET
 
 
-RECORD_DECODER = msgspec.json.Decoder(TypedRecord)
+FORWARD_DECODER = msgspec.json.Decoder(ForwardRecord)
+BACKWARD_DECODER = msgspec.json.Decoder(BackwardRecord)
 
 
 class Unusual(Exception):
