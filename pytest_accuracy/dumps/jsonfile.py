@@ -90,8 +90,9 @@ def typed_node_record(value: Any, decoder: Any, ascii_file: bool) -> Any:
     ``node_record`` must read it: not text, not of the decoder's types, or not ASCII (the
     keys a type skips are checked as JSON, not as UTF-8: ``node_record`` refuses bad bytes
     anywhere; ``ascii_file``: the whole file is, ``read_dump_records`` says). It nests no
-    deeper than ``node_record`` reads, since msgspec counts a typed level as it counts an
-    untyped one and this frame is one deeper than node_record's."""
+    deeper than ``node_record`` reads: called at the depth node_record is (the reader calls
+    both from a function of its loop), a typed decoder gives up at the same nesting or one
+    sooner (msgspec counts a typed level, a skipped one too, as an untyped one)."""
     if _msgspec is None or type(value) is not _msgspec.Raw:
         return None
     try:
