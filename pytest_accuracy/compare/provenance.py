@@ -109,7 +109,11 @@ def build(
     prov = Provenance(entries=entries)
     pairs = [(dump, call, bench_call(i)) for i, (dump, call) in enumerate(entries)]
     prov.stats = StatsTable(_output_pairs(pairs))
-    identical = identical_steps(pairs)
+    dumps = {id(d): d for d, _ in entries}.values()  # each dump once, not each node
+    # a rank with one step has no earlier call of a name (the table: ~20 MB at 100k nodes),
+    # nor a step that a later one follows: no twin (identical_steps judges none; a scan less)
+    several_steps = len(dumps) > len({d.rank for d in dumps})
+    identical = identical_steps(pairs) if several_steps else set()
     # the first flagged node a node may carry: of an earlier step (any rank: the optimizer's
     # all-reduce carries it), else of its own step and rank (another rank's error reaches
     # this one within a step only through a collective this rank records)
@@ -121,9 +125,6 @@ def build(
     changed: set[tuple[int, int]] = set()  # (step, rank) where an output dtype already differed
     seen: dict[tuple[str, str, tuple[str, ...]], int] = {}
     first_calls: dict[tuple[int, str], tuple[int, int]] = {}  # (rank, name) -> (step, node)
-    dumps = {id(d): d for d, _ in entries}.values()  # each dump once, not each node
-    # a rank with one step has no earlier call of a name (the table: ~20 MB at 100k nodes)
-    several_steps = len(dumps) > len({d.rank for d in dumps})
     rounding = criteria.held_to_rounding()  # after an identical step (one object: its memo)
     for i, (dump, call, bench) in enumerate(pairs):
         if dump.step != step_now:
@@ -227,11 +228,16 @@ def _output_pairs(
     pairs: list[tuple[Dump, Call, Call | None]],
 ) -> list[tuple[TensorRecord, TensorRecord]]:
     """Each NPU output with the bench output of its path, as the node compares pair them."""
-    out = []
+    out: list[tuple[TensorRecord, TensorRecord]] = []
     for _, call, bench in pairs:
         if bench is None:
             continue
-        theirs = {r.path: r for r in bench.output_tensors}
+        outputs = bench.output_tensors
+        if len(outputs) == 1:  # most calls: the one output of its path, without a dict
+            only, path = outputs[0], outputs[0].path
+            out.extend((record, only) for record in call.output_tensors if record.path == path)
+            continue
+        theirs = {r.path: r for r in outputs}
         for record in call.output_tensors:
             other = theirs.get(record.path)
             if other is not None:
