@@ -87,9 +87,11 @@ class Provenance:
             producers: dict[tuple[int, int, StatsKey], int] = {}
             for index, (dump, call) in enumerate(self.entries):
                 for record in call.output_tensors:
-                    key = _stats_key(record)
-                    if key is not None:
-                        producers.setdefault((dump.step, dump.rank, key), index)
+                    # _stats_key, inline (every output of the run): Stats is (max, min, mean,
+                    # norm), the key's order after the dtype
+                    s = record.stats
+                    if s.max is not None or s.norm is not None:
+                        producers.setdefault((dump.step, dump.rank, (record.dtype, *s)), index)
             self._producers = producers
         return self._producers
 
@@ -136,14 +138,20 @@ def build(
         prov.first_flag_before.append(first)
         twin = twin_step_before(identical, dump.step, dump.rank)
         prov.twin_step.append(twin)
-        node_criteria = rounding if twin is not None else criteria
-        held.append(node_criteria.with_waiver(None))
+        node_criteria = rounding if twin is not None else criteria  # no waiver: as held
+        held.append(node_criteria)
         region = bench is not None and in_region(i)
-        found = [] if region else _findings_at(
-            prov, i, dump, call, bench, twin if first is None else None,
-            dump.framework == bench_framework(dump), dtypes[i], node_criteria,
-            (dump.step, dump.rank) in changed,
-        )
+        twin_asked = twin if first is None else None
+        same_dtypes = bench is not None and call.dtype_signature == bench.dtype_signature
+        if region or bench is None or (
+                same_dtypes and twin_asked is None and not call.scalar_inputs):
+            found = []  # what _findings_at finds there (most nodes), without its call
+        else:
+            found = _findings_at(
+                prov, i, dump, call, bench, twin_asked,
+                dump.framework == bench_framework(dump), dtypes[i], node_criteria,
+                (dump.step, dump.rank) in changed,
+            )
         if found and other_code(i):  # the precision the step went through before this node
             before = dtypes[i - 1] if i and entries[i - 1][0] is dump else "float64"
             found = _beyond_run_precision(found, call, before)
@@ -155,8 +163,8 @@ def build(
             if same != i:
                 prov.repeat_of[i] = same
         flagged = bool(found) or (
-            bench is not None and _diverges(call, bench, region, dtypes[i],
-                                            node_criteria.with_waiver(None), prov.stats)
+            bench is not None and _diverges(call, bench, region, dtypes[i], node_criteria,
+                                            prov.stats)
         )
         prov.flagged.append(flagged)
         if several_steps:
@@ -166,7 +174,7 @@ def build(
         if flagged:
             first_here.setdefault((dump.step, dump.rank), i)
             first_this_step = i if first_this_step is None else first_this_step
-        if bench is not None and _output_dtype_differs(call, bench):
+        if bench is not None and not same_dtypes and _output_dtype_differs(call, bench):
             changed.add((dump.step, dump.rank))
     _index_containment(prov, entries)
     cross = {(d.step, d.rank) for d in dumps if d.framework != bench_framework(d)}

@@ -30,20 +30,18 @@ class StatsTable:
         # for records kept in columns: id(columns) -> each columns row's table row (-1: none);
         # 1.2 MB where a dict by id took 10 MB at 100k nodes
         self._by_columns: dict[int, array[int]] = {}
-        for k, (npu, _) in enumerate(pairs):
-            at = npu.stats_row
-            if at is None:
-                self._rows[id(npu)] = k
-                continue
-            rows = self._by_columns.get(id(at[0]))
-            if rows is None:
-                rows = self._by_columns[id(at[0])] = array("i", [-1]) * len(at[0])
-            rows[at[1]] = k
         # the bench record each row was made for: a lookup with another one is not this row
         self._bench = [bench for _, bench in pairs]
         values = np.empty((len(pairs), 8), dtype=np.float64)
-        floats = _fill(values[:, :4], [n for n, _ in pairs])
-        floats &= _fill(values[:, 4:], self._bench)
+        mine = [n for n, _ in pairs]
+        floats, groups, own = _fill(values[:, :4], mine)
+        floats &= _fill(values[:, 4:], self._bench)[0]
+        for k in own:  # the records with their own Stats
+            self._rows[id(mine[k])] = k
+        for cols, ks, at in groups.values():
+            rows = self._by_columns[id(cols)] = array("i", [-1]) * len(cols)
+            for k, row in zip(ks, at, strict=True):
+                rows[row] = k
         # None reads as NaN: such rows are not finite, nor are rows of ints (stats_metrics
         # computes those in exact integer arithmetic; the readers make every statistic a float)
         # a pair whose Mins are both mask fills (stats_metrics' masked_otherwise) is left to
@@ -107,25 +105,34 @@ class StatsTable:
         return norm <= tol.rel_err and spread <= max(tol.rel_err, STAT_STEPS * FLOAT_EPS[dtype])
 
 
-def _fill(out: np.ndarray, records: Sequence[TensorRecord]) -> np.ndarray:
+_Groups = dict[int, tuple[StatsColumns, list[int], list[int]]]
+
+
+def _fill(out: np.ndarray, records: Sequence[TensorRecord]
+          ) -> tuple[np.ndarray, _Groups, list[int]]:
     """Each record's (Max, Min, Mean, Norm) into its row of ``out``, NaN where not recorded,
     gathered from its dump's columns where it keeps them there; whether the row's statistics
-    are all floats (or None)."""
+    are all floats (or None), the records kept in columns grouped by them (id(columns) ->
+    the columns, the records' indices, their rows there) and the indices of the others."""
     floats = np.ones(len(records), dtype=bool)
-    columns: dict[int, tuple[StatsColumns, list[int], list[int]]] = {}
+    columns: _Groups = {}
+    own: list[int] = []
     for k, record in enumerate(records):
         at = record.stats_row
         if at is not None:
-            group = columns.setdefault(id(at[0]), (at[0], [], []))
+            group = columns.get(id(at[0]))
+            if group is None:  # not setdefault: its default (a tuple, two lists) made once
+                group = columns[id(at[0])] = (at[0], [], [])
             group[1].append(k)
             group[2].append(at[1])
             continue
+        own.append(k)
         stats = record.stats
         out[k] = np.array(stats, dtype=np.float64)
         floats[k] = all(type(v) is float or v is None for v in stats)
     for cols, ks, rows in columns.values():
         out[ks] = cols.array()[rows]
-    return floats
+    return floats, columns, own
 
 
 def _finite_metrics(npu: np.ndarray, bench: np.ndarray) -> np.ndarray:

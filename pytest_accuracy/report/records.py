@@ -94,9 +94,9 @@ def node_record(
         "tolerance": tolerance_record(result.tolerance) if result.tolerance is not None else None,
         "twin_step": result.twin_step,
         "rows": _rows(result) if rows else [],
-        **_metric_fields(worst),
-        "parent": result.npu.parent,  # construct.json: the report's module tree
     }
+    _add_metric_fields(record, worst)  # in place: no dict of them to merge
+    record["parent"] = result.npu.parent  # construct.json: the report's module tree
     if result.status in ("fail", "pass") and worst is not None and not worst.ok:
         # a pass beyond the band says why first (diagnose: rounding its inputs carry)
         record["reason"] = (f"{result.reason} ({worst.judgement.detail})"
@@ -168,16 +168,18 @@ def _worst_output(result: NodeResult) -> TensorComparison | None:
     return result.outputs[0] if result.outputs else None
 
 
-def _metric_fields(t: TensorComparison | None) -> dict[str, Any]:
+def _add_metric_fields(record: dict[str, Any], t: TensorComparison | None) -> None:
+    """The worst output's metrics into ``record``, in their columns' order."""
     m = t.metrics if t else None
     # zip without strict: the columns and the getters are made from the same names
-    if isinstance(m, TensorMetrics):
-        return dict(zip(TENSOR_COLUMNS, _nums(_TENSOR_VALUES(m))))  # noqa: B905
-    if isinstance(m, StatsMetrics):
-        return dict(zip(STATS_COLUMNS, _nums(_STATS_VALUES(m))))  # noqa: B905
-    if t is not None and t.method == "md5":
-        return {"md5_equal": t.ok}
-    return {}
+    if type(m) is StatsMetrics:  # most records of a big statistics dump: tested first
+        record.update(zip(STATS_COLUMNS, _nums(_STATS_VALUES(m))))  # noqa: B905
+    elif isinstance(m, TensorMetrics):
+        record.update(zip(TENSOR_COLUMNS, _nums(_TENSOR_VALUES(m))))  # noqa: B905
+    elif isinstance(m, StatsMetrics):
+        record.update(zip(STATS_COLUMNS, _nums(_STATS_VALUES(m))))  # noqa: B905
+    elif t is not None and t.method == "md5":
+        record["md5_equal"] = t.ok
 
 
 def _rows(result: NodeResult) -> list[list[Any]]:
