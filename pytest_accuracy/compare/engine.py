@@ -352,8 +352,9 @@ class Comparison:
         except AccuracyInputError as exc:
             result.status, result.reason = "error", str(exc)
             return result
-        same_framework = dump.framework == self._bench_framework(dump)
-        result.scalar_diffs = scalar_diffs(call, bench, same_framework)
+        if call.scalar_inputs:  # else none to differ (the result's own empty list stays)
+            same_framework = dump.framework == self._bench_framework(dump)
+            result.scalar_diffs = scalar_diffs(call, bench, same_framework)
         settle(result)
         if result.status == "skip" and not result.outputs:
             why = self.bench.dumps[(dump.step, dump.rank)].left_out.get(bench.name)
@@ -569,9 +570,9 @@ class Comparison:
 
     def _incomparable_backward(self, dump: Dump, call: Call, bench: Call) -> str | None:
         """Why a cross-framework API backward pair is not comparable (pairing/align.py decides)."""
-        bench_dump = self.bench.dumps[(dump.step, dump.rank)]
         if call.kind != "api" or call.direction != "backward":
             return None
+        bench_dump = self.bench.dumps[(dump.step, dump.rank)]
         if bench_dump.framework == dump.framework:
             return None
         from pytest_accuracy.pairing.backward import incomparable_backward  # loads the API map
