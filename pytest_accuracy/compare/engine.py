@@ -549,9 +549,11 @@ class Comparison:
         # own dtype's band: the run's bf16 band would hide a kernel error 100x fp32 rounding.
         # An output without data (statistics, md5) is no replay's: local_error says why
         # before it reads the band, so none is found
-        floats = [r.dtype for r in call.output_tensors if r.dtype in FLOAT_EPS]
-        if floats and _all_data(call):
-            band = min(band, self.criteria.tolerance(floats[0]).rel_err)
+        outputs = call.output_tensors
+        if outputs and outputs[0].has_data and _all_data(call):
+            floats = [r.dtype for r in outputs if r.dtype in FLOAT_EPS]
+            if floats:
+                band = min(band, self.criteria.tolerance(floats[0]).rel_err)
         return local_error(call, bench, dump.framework, self._bench_framework(dump), band)
 
     def _same_call_before(self, index: int) -> str | None:

@@ -194,15 +194,24 @@ def _finite_metrics(n_max: float, n_min: float, n_mean: float, n_norm: float,
                     b_max: float, b_min: float, b_mean: float, b_norm: float) -> StatsMetrics:
     """``stats_metrics`` where all eight statistics are finite: the same operations in the
     same order, without the tests that only NaN, Inf or None need (no statistic is
-    non-finite, every one is paired, the range's ends are both the bench's Max and Min)."""
+    non-finite, every one is paired, the range's ends are both the bench's Max and Min; a
+    difference of two finite values is never NaN, so ``_rel`` is written out without that
+    test; both Mins at most MASK_VALUE is their max at most it)."""
     d_max, d_min, d_mean, d_norm = n_max - b_max, n_min - b_min, n_mean - b_mean, n_norm - b_norm
-    masked = (max(n_min, b_min) <= MASK_VALUE and n_min != b_min
-              and max(abs(n_min), abs(b_min)) > 2 * min(abs(n_min), abs(b_min)))
-    return StatsMetrics("ok", 4, d_max, d_min, d_mean, d_norm, _rel(d_max, b_max),
-                        _rel(d_min, b_min), _rel(d_mean, b_mean), _rel(d_norm, b_norm),
-                        _rel(max(abs(d_max), abs(d_min), abs(d_mean)),
-                             max(abs(b_max), abs(b_min))),
-                        0, 0, masked)
+    a_max, a_min, a_mean = abs(d_max), abs(d_min), abs(d_mean)
+    s_max, s_min = abs(b_max), abs(b_min)
+    masked = (n_min <= MASK_VALUE and b_min <= MASK_VALUE and n_min != b_min
+              and max(abs(n_min), s_min) > 2 * min(abs(n_min), s_min))
+    inf = math.inf
+    ranged = max(a_max, a_min, a_mean)
+    return StatsMetrics(
+        "ok", 4, d_max, d_min, d_mean, d_norm,
+        0.0 if d_max == 0 else (a_max / s_max if b_max != 0 else inf),
+        0.0 if d_min == 0 else (a_min / s_min if b_min != 0 else inf),
+        0.0 if d_mean == 0 else (a_mean / abs(b_mean) if b_mean != 0 else inf),
+        0.0 if d_norm == 0 else (abs(d_norm) / abs(b_norm) if b_norm != 0 else inf),
+        0.0 if ranged == 0 else (ranged / scale if (scale := max(s_max, s_min)) != 0 else inf),
+        0, 0, masked)
 
 
 # A mask written as a large negative number where another codebase writes -inf or another
