@@ -116,7 +116,9 @@ def build(
     that output is compared."""
     prov = Provenance(entries=entries)
     pairs = [(dump, call, bench_call(i)) for i, (dump, call) in enumerate(entries)]
-    prov.stats = StatsTable(_output_pairs(pairs))
+    paired, counts = _output_pairs(pairs)
+    prov.stats = StatsTable(paired)
+    row = 0  # node i's output pairs are the table's rows row .. row + counts[i] - 1
     dumps = {id(d): d for d, _ in entries}.values()  # each dump once, not each node
     # a rank with one step has no earlier call of a name (the table: ~20 MB at 100k nodes),
     # nor a step that a later one follows: no twin (identical_steps judges none; a scan less)
@@ -168,10 +170,10 @@ def build(
             same = seen.setdefault((call.prefix, call.op, tuple(f.detail for f in found)), i)
             if same != i:
                 prov.repeat_of[i] = same
-        flagged = bool(found) or (
-            bench is not None and _diverges(call, bench, region, dtypes[i], node_criteria,
-                                            prov.stats)
-        )
+        flagged = bool(found) or (bench is not None and (
+            _diverges(call, bench, True, dtypes[i], node_criteria, prov.stats) if region
+            else _rows_diverge(prov.stats, paired, row, counts[i], dtypes[i], node_criteria)))
+        row += counts[i]
         prov.flagged.append(flagged)
         if several_steps:
             earlier = first_calls.setdefault((dump.rank, call.name), (dump.step, i))
@@ -240,23 +242,47 @@ class _Triples:
 
 def _output_pairs(
     pairs: list[tuple[Dump, Call, Call | None]],
-) -> list[tuple[TensorRecord, TensorRecord]]:
-    """Each NPU output with the bench output of its path, as the node compares pair them."""
+) -> tuple[list[tuple[TensorRecord, TensorRecord]], list[int]]:
+    """Each NPU output with the bench output of its path, as the node compares (and
+    ``diverging_in_metadata``) pair them; how many pairs each node has, in order."""
     out: list[tuple[TensorRecord, TensorRecord]] = []
+    counts: list[int] = []
     for _, call, bench in pairs:
+        before = len(out)
         if bench is None:
-            continue
-        outputs = bench.output_tensors
-        if len(outputs) == 1:  # most calls: the one output of its path, without a dict
+            pass
+        elif len(outputs := bench.output_tensors) == 1:  # most calls: without a dict
             only, path = outputs[0], outputs[0].path
             out.extend((record, only) for record in call.output_tensors if record.path == path)
-            continue
-        theirs = {r.path: r for r in outputs}
-        for record in call.output_tensors:
-            other = theirs.get(record.path)
-            if other is not None:
-                out.append((record, other))
-    return out
+        else:
+            theirs = {r.path: r for r in outputs}
+            for record in call.output_tensors:
+                other = theirs.get(record.path)
+                if other is not None:
+                    out.append((record, other))
+        counts.append(len(out) - before)
+    return out, counts
+
+
+def _rows_diverge(table: StatsTable, paired: list[tuple[TensorRecord, TensorRecord]],
+                  start: int, count: int, dtype: str, criteria: CompareCriteria) -> bool:
+    """``outputs_diverge_in_metadata`` of a node whose output pairs are ``paired[start:start
+    + count]``, the table's rows of the same numbers: the same pairs in the same order (by
+    path, as ``_output_pairs`` made them), each row read by its number (a row is its pair's
+    whatever records other rows hold) instead of found by its records."""
+    for row in range(start, start + count):
+        rec, other = paired[row]
+        eff = less_precise(dtype, rec.dtype) if rec.dtype in FLOAT_EPS else rec.dtype
+        if rec.md5 is not None and other.md5 is not None:
+            same = judge_md5(rec.md5, other.md5).ok
+        else:
+            tol = criteria.tolerance(eff)
+            known = table.agree_at(row, eff, tol)
+            same = known if known is not None else judge_stats(
+                stats_metrics(rec.stats, other.stats), eff, tol).ok
+        if not same:
+            return True
+    return False
 
 
 def _findings_at(

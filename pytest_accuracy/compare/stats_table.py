@@ -93,6 +93,10 @@ class StatsTable:
         row = self._row(npu, bench)
         return None if row is None else self._agrees(row, dtype, tol)
 
+    def agree_at(self, row: int, dtype: str, tol: Tolerance) -> bool | None:
+        """``agree`` of the pair the table was made with at ``row``."""
+        return self._agrees(row, dtype, tol) if self._finite[row] else None
+
     def _agrees(self, row: int, dtype: str, tol: Tolerance) -> bool:
         """judge_stats' verdict on a finite row: within ``tol`` (Norm and the Max/Min/Mean
         range), or for an integer or bool dtype, Max and Min equal."""
