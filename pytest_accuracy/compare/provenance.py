@@ -272,7 +272,9 @@ def _rows_diverge(table: StatsTable, paired: list[tuple[TensorRecord, TensorReco
     whatever records other rows hold) instead of found by its records."""
     for row in range(start, start + count):
         rec, other = paired[row]
-        eff = less_precise(dtype, rec.dtype) if rec.dtype in FLOAT_EPS else rec.dtype
+        # less_precise(dtype, rec.dtype) of a float record, written out (every output)
+        eps = FLOAT_EPS.get(rec.dtype)
+        eff = rec.dtype if eps is None or FLOAT_EPS.get(dtype, 0.0) < eps else dtype
         if rec.md5 is not None and other.md5 is not None:
             same = judge_md5(rec.md5, other.md5).ok
         else:
@@ -386,6 +388,8 @@ def _index_containment(prov: Provenance, entries: list[tuple[Dump, Call]]) -> No
     for i, (dump, call) in enumerate(entries):
         if call.kind == "module":
             where[(dump.step, dump.rank, call.name)] = i
+    if not where:
+        return  # no module node (an API-level dump): nothing to be inside, no parents table
     parents = {(d.step, d.rank, c.name): c.parent for d, c in entries}
     for i, (dump, call) in enumerate(entries):
         if not prov.flagged[i]:
