@@ -85,9 +85,11 @@ def node_record(
         # shard's "between" as carried when an earlier shard already diverged
         "divergence_kind": first.kind if first is not None else None,
         "waiver": result.waiver.reason if result.waiver else None,
-        "scalar_diffs": [str(d) for d in result.scalar_diffs],
+        # most nodes have neither: an empty list without a comprehension's call
+        "scalar_diffs": [str(d) for d in result.scalar_diffs] if result.scalar_diffs else [],
         "finding": result.findings[0].kind if result.findings else None,
-        "findings": [{"kind": f.kind, "detail": f.detail} for f in result.findings],
+        "findings": ([{"kind": f.kind, "detail": f.detail} for f in result.findings]
+                     if result.findings else []),
         "local_error": result.local.as_dict() if result.local is not None else None,
         "carried_from": result.carried_from,
         # one dict for every node of a dtype (the criteria make each tolerance once): read only
