@@ -300,6 +300,11 @@ def json_native(value: Any) -> bool:
         else:  # a tuple, a numpy number, an object: JSON would give back something else
             return False
         for member in members:  # scalars checked here, not pushed (most of a record)
-            if type(member) not in scalars:
+            kind = type(member)
+            if kind in scalars:
+                continue
+            if kind is not dict and kind is not list:
+                return False  # what popping it would say: no container, no scalar
+            if member:  # an empty list or dict is what JSON gives back: nothing to walk
                 pending.append(member)
     return True
