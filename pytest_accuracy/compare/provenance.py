@@ -118,6 +118,7 @@ def build(
     pairs = [(dump, call, bench_call(i)) for i, (dump, call) in enumerate(entries)]
     paired, counts = _output_pairs(pairs)
     prov.stats = StatsTable(paired)
+    del paired  # held no longer than before (6 MB at 100k nodes): rows are read by number
     row = 0  # node i's output pairs are the table's rows row .. row + counts[i] - 1
     dumps = {id(d): d for d, _ in entries}.values()  # each dump once, not each node
     # a rank with one step has no earlier call of a name (the table: ~20 MB at 100k nodes),
@@ -172,7 +173,8 @@ def build(
                 prov.repeat_of[i] = same
         flagged = bool(found) or (bench is not None and (
             _diverges(call, bench, True, dtypes[i], node_criteria, prov.stats) if region
-            else _rows_diverge(prov.stats, paired, row, counts[i], dtypes[i], node_criteria)))
+            else _rows_diverge(prov.stats, call, bench, row, counts[i], dtypes[i],
+                               node_criteria)))
         row += counts[i]
         prov.flagged.append(flagged)
         if several_steps:
@@ -248,30 +250,36 @@ def _output_pairs(
     out: list[tuple[TensorRecord, TensorRecord]] = []
     counts: list[int] = []
     for _, call, bench in pairs:
-        before = len(out)
-        if bench is None:
-            pass
-        elif len(outputs := bench.output_tensors) == 1:  # most calls: without a dict
-            only, path = outputs[0], outputs[0].path
-            out.extend((record, only) for record in call.output_tensors if record.path == path)
-        else:
-            theirs = {r.path: r for r in outputs}
-            for record in call.output_tensors:
-                other = theirs.get(record.path)
-                if other is not None:
-                    out.append((record, other))
-        counts.append(len(out) - before)
+        mine = _pairs_of(call, bench) if bench is not None else []
+        out.extend(mine)
+        counts.append(len(mine))
     return out, counts
 
 
-def _rows_diverge(table: StatsTable, paired: list[tuple[TensorRecord, TensorRecord]],
-                  start: int, count: int, dtype: str, criteria: CompareCriteria) -> bool:
-    """``outputs_diverge_in_metadata`` of a node whose output pairs are ``paired[start:start
-    + count]``, the table's rows of the same numbers: the same pairs in the same order (by
-    path, as ``_output_pairs`` made them), each row read by its number (a row is its pair's
-    whatever records other rows hold) instead of found by its records."""
-    for row in range(start, start + count):
-        rec, other = paired[row]
+def _pairs_of(call: Call, bench: Call) -> list[tuple[TensorRecord, TensorRecord]]:
+    """Each output of ``call`` with ``bench``'s output of its path, in order."""
+    outputs = bench.output_tensors
+    if len(outputs) == 1:  # most calls: the one output of its path, without a dict
+        only, path = outputs[0], outputs[0].path
+        return [(record, only) for record in call.output_tensors if record.path == path]
+    theirs = {r.path: r for r in outputs}
+    return [(record, other) for record in call.output_tensors
+            if (other := theirs.get(record.path)) is not None]
+
+
+def _rows_diverge(table: StatsTable, call: Call, bench: Call, start: int, count: int,
+                  dtype: str, criteria: CompareCriteria) -> bool:
+    """``outputs_diverge_in_metadata`` of a node whose ``count`` output pairs are the table's
+    rows from ``start``: the same pairs in the same order (by path, as ``_output_pairs``
+    made them), each row read by its number (a row is its pair's whatever records other
+    rows hold) instead of found by its records. Every output paired (most nodes): the k-th
+    output is row start + k's; else the pairs are made again."""
+    outputs = call.output_tensors
+    if count == len(outputs):
+        paired = [(rec, table.bench_at(start + k)) for k, rec in enumerate(outputs)]
+    else:
+        paired = _pairs_of(call, bench)
+    for row, (rec, other) in enumerate(paired, start):
         # less_precise(dtype, rec.dtype) of a float record, written out (every output)
         eps = FLOAT_EPS.get(rec.dtype)
         eff = rec.dtype if eps is None or FLOAT_EPS.get(dtype, 0.0) < eps else dtype

@@ -35,13 +35,14 @@ class StatsTable:
         values = np.empty((len(pairs), 8), dtype=np.float64)
         mine = [n for n, _ in pairs]
         floats, groups, own = _fill(values[:, :4], mine)
-        floats &= _fill(values[:, 4:], self._bench)[0]
         for k in own:  # the records with their own Stats
             self._rows[id(mine[k])] = k
         for cols, ks, at in groups.values():
             rows = self._by_columns[id(cols)] = array("i", [-1]) * len(cols)
             for k, row in zip(ks, at, strict=True):
                 rows[row] = k
+        del mine, groups, own  # a list and two ints a record: gone before the bench's fill
+        floats &= _fill(values[:, 4:], self._bench)[0]
         # None reads as NaN: such rows are not finite, nor are rows of ints (stats_metrics
         # computes those in exact integer arithmetic; the readers make every statistic a float)
         # a pair whose Mins are both mask fills (stats_metrics' masked_otherwise) is left to
@@ -98,6 +99,10 @@ class StatsTable:
         making the metrics; None where the table has no finite row for the pair."""
         row = self._row(npu, bench)
         return None if row is None else self._agrees(row, dtype, tol)
+
+    def bench_at(self, row: int) -> TensorRecord:
+        """The bench record of the pair the table was made with at ``row``."""
+        return self._bench[row]
 
     def agree_at(self, row: int, dtype: str, tol: Tolerance) -> bool | None:
         """``agree`` of the pair the table was made with at ``row``."""
