@@ -33,7 +33,8 @@ def _never(index: int) -> bool:
 
 def _all_data(call: Call) -> bool:
     """Every output has tensor data: the local error's replay needs them (statistics, md5)."""
-    return all(r.has_data for r in call.output_tensors)
+    outputs = call.output_tensors  # the first asked first: a statistics dump's says at once
+    return not outputs or (outputs[0].has_data and all(r.has_data for r in outputs))
 
 
 class Comparison:
@@ -547,13 +548,9 @@ class Comparison:
         assert bench is not None
         # An fp32 output inside a bf16 run (a norm, a softmax under autocast) is held to its
         # own dtype's band: the run's bf16 band would hide a kernel error 100x fp32 rounding.
-        # An output without data (statistics, md5) is no replay's: local_error says why
-        # before it reads the band, so none is found
-        outputs = call.output_tensors
-        if outputs and outputs[0].has_data and _all_data(call):
-            floats = [r.dtype for r in outputs if r.dtype in FLOAT_EPS]
-            if floats:
-                band = min(band, self.criteria.tolerance(floats[0]).rel_err)
+        floats = [r.dtype for r in call.output_tensors if r.dtype in FLOAT_EPS]
+        if floats and _all_data(call):  # else local_error answers before it reads a band
+            band = min(band, self.criteria.tolerance(floats[0]).rel_err)
         return local_error(call, bench, dump.framework, self._bench_framework(dump), band)
 
     def _same_call_before(self, index: int) -> str | None:

@@ -19,7 +19,7 @@ from pytest_accuracy.compare.findings import (
 from pytest_accuracy.compare.judge import diverging_in_metadata, outputs_diverge_in_metadata
 from pytest_accuracy.compare.metrics import negated, stats_metrics
 from pytest_accuracy.compare.results import Finding
-from pytest_accuracy.compare.stats_table import StatsTable
+from pytest_accuracy.compare.stats_table import StatsTable, output_pairs, rows_diverge
 from pytest_accuracy.compare.twins import identical_steps, same_record, twin_step_before
 from pytest_accuracy.dumps.model import (
     FLOAT_EPS,
@@ -116,7 +116,7 @@ def build(
     that output is compared."""
     prov = Provenance(entries=entries)
     pairs = [(dump, call, bench_call(i)) for i, (dump, call) in enumerate(entries)]
-    paired, counts = _output_pairs(pairs)
+    paired, counts = output_pairs(pairs)
     prov.stats = StatsTable(paired)
     del paired  # held no longer than before (6 MB at 100k nodes): rows are read by number
     row = 0  # node i's output pairs are the table's rows row .. row + counts[i] - 1
@@ -173,8 +173,8 @@ def build(
                 prov.repeat_of[i] = same
         flagged = bool(found) or (bench is not None and (
             _diverges(call, bench, True, dtypes[i], node_criteria, prov.stats) if region
-            else _rows_diverge(prov.stats, call, bench, row, counts[i], dtypes[i],
-                               node_criteria)))
+            else rows_diverge(prov.stats, call, bench, row, counts[i], dtypes[i],
+                              node_criteria)))
         row += counts[i]
         prov.flagged.append(flagged)
         if several_steps:
@@ -240,59 +240,6 @@ class _Triples:
 
     def __iter__(self) -> Iterator[tuple[Dump, Call, Call | None]]:
         return (self[i] for i in range(len(self._entries)))
-
-
-def _output_pairs(
-    pairs: list[tuple[Dump, Call, Call | None]],
-) -> tuple[list[tuple[TensorRecord, TensorRecord]], list[int]]:
-    """Each NPU output with the bench output of its path, as the node compares (and
-    ``diverging_in_metadata``) pair them; how many pairs each node has, in order."""
-    out: list[tuple[TensorRecord, TensorRecord]] = []
-    counts: list[int] = []
-    for _, call, bench in pairs:
-        mine = _pairs_of(call, bench) if bench is not None else []
-        out.extend(mine)
-        counts.append(len(mine))
-    return out, counts
-
-
-def _pairs_of(call: Call, bench: Call) -> list[tuple[TensorRecord, TensorRecord]]:
-    """Each output of ``call`` with ``bench``'s output of its path, in order."""
-    outputs = bench.output_tensors
-    if len(outputs) == 1:  # most calls: the one output of its path, without a dict
-        only, path = outputs[0], outputs[0].path
-        return [(record, only) for record in call.output_tensors if record.path == path]
-    theirs = {r.path: r for r in outputs}
-    return [(record, other) for record in call.output_tensors
-            if (other := theirs.get(record.path)) is not None]
-
-
-def _rows_diverge(table: StatsTable, call: Call, bench: Call, start: int, count: int,
-                  dtype: str, criteria: CompareCriteria) -> bool:
-    """``outputs_diverge_in_metadata`` of a node whose ``count`` output pairs are the table's
-    rows from ``start``: the same pairs in the same order (by path, as ``_output_pairs``
-    made them), each row read by its number (a row is its pair's whatever records other
-    rows hold) instead of found by its records. Every output paired (most nodes): the k-th
-    output is row start + k's; else the pairs are made again."""
-    outputs = call.output_tensors
-    if count == len(outputs):
-        paired = [(rec, table.bench_at(start + k)) for k, rec in enumerate(outputs)]
-    else:
-        paired = _pairs_of(call, bench)
-    for row, (rec, other) in enumerate(paired, start):
-        # less_precise(dtype, rec.dtype) of a float record, written out (every output)
-        eps = FLOAT_EPS.get(rec.dtype)
-        eff = rec.dtype if eps is None or FLOAT_EPS.get(dtype, 0.0) < eps else dtype
-        if rec.md5 is not None and other.md5 is not None:
-            same = judge_md5(rec.md5, other.md5).ok
-        else:
-            tol = criteria.tolerance(eff)
-            known = table.agree_at(row, eff, tol)
-            same = known if known is not None else judge_stats(
-                stats_metrics(rec.stats, other.stats), eff, tol).ok
-        if not same:
-            return True
-    return False
 
 
 def _findings_at(

@@ -1,4 +1,5 @@
-"""Every paired output's recorded statistics compared in one vectorized pass."""
+"""Every paired output's recorded statistics compared in one vectorized pass, and the
+metadata scan's output pairs and its test of a node's rows (compare/provenance.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,15 @@ from typing import cast
 
 import numpy as np
 
-from pytest_accuracy.compare.criteria import STAT_STEPS, Tolerance
+from pytest_accuracy.compare.criteria import (
+    STAT_STEPS,
+    CompareCriteria,
+    Tolerance,
+    judge_md5,
+    judge_stats,
+)
 from pytest_accuracy.compare.metrics import MASK_VALUE, StatsMetrics, stats_metrics
-from pytest_accuracy.dumps.model import FLOAT_EPS, TensorRecord
+from pytest_accuracy.dumps.model import FLOAT_EPS, Call, Dump, TensorRecord
 from pytest_accuracy.dumps.stats import StatsColumns
 
 
@@ -172,3 +179,56 @@ def _finite_metrics(npu: np.ndarray, bench: np.ndarray) -> np.ndarray:
 def _rel(diff: np.ndarray, size: np.ndarray) -> np.ndarray:
     """``metrics._rel`` for finite values: 0 for no difference, inf against a zero."""
     return np.where(diff == 0, 0.0, np.where(size != 0, np.abs(diff) / size, np.inf))
+
+
+def output_pairs(
+    pairs: list[tuple[Dump, Call, Call | None]],
+) -> tuple[list[tuple[TensorRecord, TensorRecord]], list[int]]:
+    """Each NPU output with the bench output of its path, as the node compares (and
+    ``diverging_in_metadata``) pair them; how many pairs each node has, in order."""
+    out: list[tuple[TensorRecord, TensorRecord]] = []
+    counts: list[int] = []
+    for _, call, bench in pairs:
+        mine = pairs_of(call, bench) if bench is not None else []
+        out.extend(mine)
+        counts.append(len(mine))
+    return out, counts
+
+
+def pairs_of(call: Call, bench: Call) -> list[tuple[TensorRecord, TensorRecord]]:
+    """Each output of ``call`` with ``bench``'s output of its path, in order."""
+    outputs = bench.output_tensors
+    if len(outputs) == 1:  # most calls: the one output of its path, without a dict
+        only, path = outputs[0], outputs[0].path
+        return [(record, only) for record in call.output_tensors if record.path == path]
+    theirs = {r.path: r for r in outputs}
+    return [(record, other) for record in call.output_tensors
+            if (other := theirs.get(record.path)) is not None]
+
+
+def rows_diverge(table: StatsTable, call: Call, bench: Call, start: int, count: int,
+                 dtype: str, criteria: CompareCriteria) -> bool:
+    """``outputs_diverge_in_metadata`` of a node whose ``count`` output pairs are the table's
+    rows from ``start``: the same pairs in the same order (by path, as ``output_pairs``
+    made them), each row read by its number (a row is its pair's whatever records other
+    rows hold) instead of found by its records. Every output paired (most nodes): the k-th
+    output is row start + k's; else the pairs are made again."""
+    outputs = call.output_tensors
+    if count == len(outputs):
+        paired = [(rec, table.bench_at(start + k)) for k, rec in enumerate(outputs)]
+    else:
+        paired = pairs_of(call, bench)
+    for row, (rec, other) in enumerate(paired, start):
+        # less_precise(dtype, rec.dtype) of a float record, written out (every output)
+        eps = FLOAT_EPS.get(rec.dtype)
+        eff = rec.dtype if eps is None or FLOAT_EPS.get(dtype, 0.0) < eps else dtype
+        if rec.md5 is not None and other.md5 is not None:
+            same = judge_md5(rec.md5, other.md5).ok
+        else:
+            tol = criteria.tolerance(eff)
+            known = table.agree_at(row, eff, tol)
+            same = known if known is not None else judge_stats(
+                stats_metrics(rec.stats, other.stats), eff, tol).ok
+        if not same:
+            return True
+    return False
