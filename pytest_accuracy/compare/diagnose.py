@@ -152,10 +152,11 @@ def _repeat(result: NodeResult, origin: str, why: str) -> None:
 
 def _input_difference(result: NodeResult) -> str:
     """The worst differing input, in words."""
-    worst = max(result.inputs, key=lambda t: getattr(t.metrics, "rel_l2_err", 0.0) or 0.0,
-                default=None)
-    if worst is None:
+    inputs = result.inputs  # one input (most nodes) is the worst without its key's getattr
+    if not inputs:
         return "it has no input of its own to compare"
+    worst = inputs[0] if len(inputs) == 1 else max(
+        inputs, key=lambda t: getattr(t.metrics, "rel_l2_err", 0.0) or 0.0)
     if not worst.ok:
         return f"its inputs already differ ({worst.path}: {worst.judgement.detail})"
     rel = getattr(worst.metrics, "rel_l2_err", None)

@@ -16,12 +16,22 @@ def effective_dtypes(entries: list[tuple[Dump, Call]],
     running, where = "float64", (-1, -1)
     out = []
     least = _LeastPrecise()
+    # both calls' least precise dtype, once per pair of signatures: less_precise keeps the
+    # first of its arguments that is least precise, so folding (running, npu, bench) in one
+    # order or another's grouping gives the same dtype
+    pairs: dict[tuple[DtypeSignature, DtypeSignature], str] = {}
+    last: Dump | None = None
     for i, (dump, call) in enumerate(entries):
-        if (dump.step, dump.rank) != where:
+        if dump is not last and (dump.step, dump.rank) != where:
             running, where = "float64", (dump.step, dump.rank)
+        last = dump
         bench = bench_call(i)
         if bench is not None:
-            running = less_precise(less_precise(running, least(call)), least(bench))
+            key = (call.dtype_signature, bench.dtype_signature)
+            both = pairs.get(key)
+            if both is None:
+                both = pairs[key] = less_precise(least(call), least(bench))
+            running = less_precise(running, both)
         out.append(running)
     return out
 

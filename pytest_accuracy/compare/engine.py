@@ -33,7 +33,8 @@ def _never(index: int) -> bool:
 
 def _all_data(call: Call) -> bool:
     """Every output has tensor data: the local error's replay needs them (statistics, md5)."""
-    return all(r.has_data for r in call.output_tensors)
+    outputs = call.output_tensors  # the first asked first: a statistics dump's says at once
+    return not outputs or (outputs[0].has_data and all(r.has_data for r in outputs))
 
 
 class Comparison:
@@ -352,8 +353,9 @@ class Comparison:
         except AccuracyInputError as exc:
             result.status, result.reason = "error", str(exc)
             return result
-        same_framework = dump.framework == self._bench_framework(dump)
-        result.scalar_diffs = scalar_diffs(call, bench, same_framework)
+        if call.scalar_inputs:  # else none to differ (the result's own empty list stays)
+            same_framework = dump.framework == self._bench_framework(dump)
+            result.scalar_diffs = scalar_diffs(call, bench, same_framework)
         settle(result)
         if result.status == "skip" and not result.outputs:
             why = self.bench.dumps[(dump.step, dump.rank)].left_out.get(bench.name)
@@ -547,7 +549,7 @@ class Comparison:
         # An fp32 output inside a bf16 run (a norm, a softmax under autocast) is held to its
         # own dtype's band: the run's bf16 band would hide a kernel error 100x fp32 rounding.
         floats = [r.dtype for r in call.output_tensors if r.dtype in FLOAT_EPS]
-        if floats:
+        if floats and _all_data(call):  # else local_error answers before it reads a band
             band = min(band, self.criteria.tolerance(floats[0]).rel_err)
         return local_error(call, bench, dump.framework, self._bench_framework(dump), band)
 
@@ -567,9 +569,9 @@ class Comparison:
 
     def _incomparable_backward(self, dump: Dump, call: Call, bench: Call) -> str | None:
         """Why a cross-framework API backward pair is not comparable (pairing/align.py decides)."""
-        bench_dump = self.bench.dumps[(dump.step, dump.rank)]
         if call.kind != "api" or call.direction != "backward":
             return None
+        bench_dump = self.bench.dumps[(dump.step, dump.rank)]
         if bench_dump.framework == dump.framework:
             return None
         from pytest_accuracy.pairing.backward import incomparable_backward  # loads the API map

@@ -28,7 +28,7 @@ from pytest_accuracy.compare.metrics import (
     tensor_metrics,
 )
 from pytest_accuracy.compare.results import NodeResult, TensorComparison
-from pytest_accuracy.dumps.model import Call, TensorRecord, is_float_dtype
+from pytest_accuracy.dumps.model import FLOAT_EPS, Call, TensorRecord
 
 if TYPE_CHECKING:
     from pytest_accuracy.compare.stats_table import StatsTable
@@ -54,13 +54,18 @@ def diverging_in_metadata(
 ) -> list[TensorRecord]:
     """The records that differ from the bench's by checksum or statistics (no tensor is read);
     ``table`` holds statistics already compared."""
-    by_path = {r.path: r for r in bench}
+    # one bench record (most calls' outputs): matched by its path, without a dict
+    only = bench[0] if len(bench) == 1 else None
+    by_path = {r.path: r for r in bench} if only is None else {}
     out = []
     for rec in records:
-        other = by_path.get(rec.path)
+        if only is not None:
+            other = only if rec.path == only.path else None
+        else:
+            other = by_path.get(rec.path)
         if other is None:
             continue
-        eff = less_precise(dtype, rec.dtype) if is_float_dtype(rec.dtype) else rec.dtype
+        eff = less_precise(dtype, rec.dtype) if rec.dtype in FLOAT_EPS else rec.dtype
         if rec.md5 is not None and other.md5 is not None:
             same = judge_md5(rec.md5, other.md5).ok
         else:
@@ -121,6 +126,8 @@ def compare_all(
     records: list[TensorRecord], bench: Call, dtype: str, criteria: CompareCriteria,
     table: StatsTable | None = None,
 ) -> list[TensorComparison]:
+    if not records:  # nothing to pair (a backward's inputs, most often)
+        return []
     by_path = {r.path: r for r in records_of(bench)}
     if bench.direction == "backward":
         by_path.update(_gradients_by_shape(records, by_path))
@@ -130,7 +137,7 @@ def compare_all(
         if other is None:
             continue  # e.g. a gradient that only one framework records
         # integer/bool tensors must be equal, so they keep their own dtype
-        eff = less_precise(dtype, rec.dtype) if is_float_dtype(rec.dtype) else rec.dtype
+        eff = less_precise(dtype, rec.dtype) if rec.dtype in FLOAT_EPS else rec.dtype
         out.append(compare_tensor(rec, other, eff, criteria, table))
     return out
 
@@ -161,7 +168,9 @@ def compare_tensor(
     """Compare one tensor pair with the best evidence both sides have (``table``: statistics
     already compared)."""
     tol = criteria.tolerance(dtype)
-    kinds = dtype_kind(npu.dtype), dtype_kind(bench.dtype)
+    # two float dtypes (most pairs) are of one kind without asking dtype_kind
+    kinds = (("float", "float") if npu.dtype in FLOAT_EPS and bench.dtype in FLOAT_EPS
+             else (dtype_kind(npu.dtype), dtype_kind(bench.dtype)))
     if kinds[0] != kinds[1]:  # integers where the bench has floats: another computation
         judged = Judgement(False, f"dtype differs: npu {npu.dtype} vs bench {bench.dtype}")
         return TensorComparison(npu.path, npu, bench, dtype, judged, None, "metadata")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from pytest_accuracy.compare.criteria import Tolerance, less_precise
 from pytest_accuracy.compare.integrity import dtype_kind
-from pytest_accuracy.dumps.model import Call, TensorRecord, is_float_dtype
+from pytest_accuracy.dumps.model import FLOAT_EPS, Call, TensorRecord
 
 if TYPE_CHECKING:
     from pytest_accuracy.compare.engine import Comparison
@@ -59,25 +59,34 @@ def plain_pass(cmp: Comparison, index: int) -> PlainPass | None:
         return None
     dump, call = cmp.entries[index]
     bench = cmp.bench_call(index)
-    if bench is None or call.scalar_inputs or any(r.has_data for r in call.output_tensors):
+    if bench is None or call.scalar_inputs:
         return None
+    mine = call.output_tensors
+    for record in mine:
+        if record.has_data:
+            return None
     table = prov.stats
     if table is None or prov.findings[index] or cmp.region_of(index) is not None:
         return None
     criteria, dtype = cmp.criteria_at(index), cmp.effective_dtypes[index]
     # the bench's outputs by path; an output without one there goes to the full compare
-    # (which looks among the bench's inputs too)
-    theirs = {r.path: r for r in bench.output_tensors}
+    # (which looks among the bench's inputs too). One output (most calls): without a dict
+    outs = bench.output_tensors
+    only = outs[0] if len(outs) == 1 else None
+    theirs = {r.path: r for r in outs} if only is None else {}
     outputs = []
-    for record in call.output_tensors:
-        other = theirs.get(record.path)
+    for record in mine:
+        if only is not None:
+            other = only if record.path == only.path else None
+        else:
+            other = theirs.get(record.path)
         if (other is None or other.has_data
                 or (record.md5 is not None and other.md5 is not None)
                 or (record.dtype != other.dtype
                     and dtype_kind(record.dtype) != dtype_kind(other.dtype))
                 or record.shape != other.shape):
             return None  # judged by data, checksum, dtype kind or shape: the full compare
-        eff = less_precise(dtype, record.dtype) if is_float_dtype(record.dtype) else record.dtype
+        eff = less_precise(dtype, record.dtype) if record.dtype in FLOAT_EPS else record.dtype
         metrics = table.agreeing_metrics(record, other, eff, criteria.tolerance(eff))
         if metrics is None:
             return None

@@ -19,7 +19,7 @@ from pytest_accuracy.compare.findings import (
 from pytest_accuracy.compare.judge import diverging_in_metadata, outputs_diverge_in_metadata
 from pytest_accuracy.compare.metrics import negated, stats_metrics
 from pytest_accuracy.compare.results import Finding
-from pytest_accuracy.compare.stats_table import StatsTable
+from pytest_accuracy.compare.stats_table import StatsTable, output_pairs, rows_diverge
 from pytest_accuracy.compare.twins import identical_steps, same_record, twin_step_before
 from pytest_accuracy.dumps.model import (
     FLOAT_EPS,
@@ -45,7 +45,7 @@ class Provenance:
     first_flag_before: list[int | None] = field(default_factory=list)
     twin_step: list[int | None] = field(default_factory=list)
     entries: list[tuple[Dump, Call]] = field(default_factory=list)  # the nodes, in run order
-    _producers: dict[tuple[int, int, StatsKey], int] | None = None
+    _producers: dict[tuple[int, int], dict[StatsKey, int]] | None = None
     flagged_inside: dict[int, int] = field(default_factory=dict)  # module -> first descendant
     repeat_of: dict[int, int] = field(default_factory=dict)  # node -> same finding, earlier
     # node -> module whose code made it, found on demand (only a failing node asks)
@@ -75,21 +75,29 @@ class Provenance:
         key = _stats_key(record)
         if key is None:
             return None
-        found = self.producers.get((dump.step, dump.rank, key))
+        here = self.producers.get((dump.step, dump.rank))
+        found = here.get(key) if here is not None else None
         return found if found is not None and found < before else None
 
     @property
-    def producers(self) -> dict[tuple[int, int, StatsKey], int]:
-        """(step, rank, an output's dtype and statistics) -> the earliest node that output
+    def producers(self) -> dict[tuple[int, int], dict[StatsKey, int]]:
+        """(step, rank) -> (an output's dtype and statistics) -> the earliest node that output
         it. Indexed when first asked (a run whose dtypes and nodes all agree never asks);
-        ``producer_of`` takes only nodes before the asker, as a scan in order would have."""
+        ``producer_of`` takes only nodes before the asker, as a scan in order would have.
+        A dict per dump: no (step, rank, key) tuple a record (6 MB at 100k nodes)."""
         if self._producers is None:
-            producers: dict[tuple[int, int, StatsKey], int] = {}
+            producers: dict[tuple[int, int], dict[StatsKey, int]] = {}
+            last: Dump | None = None
+            here: dict[StatsKey, int] = {}
             for index, (dump, call) in enumerate(self.entries):
+                if dump is not last:
+                    here, last = producers.setdefault((dump.step, dump.rank), {}), dump
                 for record in call.output_tensors:
-                    key = _stats_key(record)
-                    if key is not None:
-                        producers.setdefault((dump.step, dump.rank, key), index)
+                    # _stats_key, inline (every output of the run): Stats is (max, min, mean,
+                    # norm), the key's order after the dtype
+                    s = record.stats
+                    if s.max is not None or s.norm is not None:
+                        here.setdefault((record.dtype, *s), index)
             self._producers = producers
         return self._producers
 
@@ -108,8 +116,15 @@ def build(
     that output is compared."""
     prov = Provenance(entries=entries)
     pairs = [(dump, call, bench_call(i)) for i, (dump, call) in enumerate(entries)]
-    prov.stats = StatsTable(_output_pairs(pairs))
-    identical = identical_steps(pairs)
+    paired, counts = output_pairs(pairs)
+    prov.stats = StatsTable(paired)
+    del paired  # held no longer than before (6 MB at 100k nodes): rows are read by number
+    row = 0  # node i's output pairs are the table's rows row .. row + counts[i] - 1
+    dumps = {id(d): d for d, _ in entries}.values()  # each dump once, not each node
+    # a rank with one step has no earlier call of a name (the table: ~20 MB at 100k nodes),
+    # nor a step that a later one follows: no twin (identical_steps judges none; a scan less)
+    several_steps = len(dumps) > len({d.rank for d in dumps})
+    identical = identical_steps(pairs) if several_steps else set()
     # the first flagged node a node may carry: of an earlier step (any rank: the optimizer's
     # all-reduce carries it), else of its own step and rank (another rank's error reaches
     # this one within a step only through a collective this rank records)
@@ -121,9 +136,6 @@ def build(
     changed: set[tuple[int, int]] = set()  # (step, rank) where an output dtype already differed
     seen: dict[tuple[str, str, tuple[str, ...]], int] = {}
     first_calls: dict[tuple[int, str], tuple[int, int]] = {}  # (rank, name) -> (step, node)
-    dumps = {id(d): d for d, _ in entries}.values()  # each dump once, not each node
-    # a rank with one step has no earlier call of a name (the table: ~20 MB at 100k nodes)
-    several_steps = len(dumps) > len({d.rank for d in dumps})
     rounding = criteria.held_to_rounding()  # after an identical step (one object: its memo)
     for i, (dump, call, bench) in enumerate(pairs):
         if dump.step != step_now:
@@ -135,14 +147,20 @@ def build(
         prov.first_flag_before.append(first)
         twin = twin_step_before(identical, dump.step, dump.rank)
         prov.twin_step.append(twin)
-        node_criteria = rounding if twin is not None else criteria
-        held.append(node_criteria.with_waiver(None))
+        node_criteria = rounding if twin is not None else criteria  # no waiver: as held
+        held.append(node_criteria)
         region = bench is not None and in_region(i)
-        found = [] if region else _findings_at(
-            prov, i, dump, call, bench, twin if first is None else None,
-            dump.framework == bench_framework(dump), dtypes[i], node_criteria,
-            (dump.step, dump.rank) in changed,
-        )
+        twin_asked = twin if first is None else None
+        same_dtypes = bench is not None and call.dtype_signature == bench.dtype_signature
+        if region or bench is None or (
+                same_dtypes and twin_asked is None and not call.scalar_inputs):
+            found = []  # what _findings_at finds there (most nodes), without its call
+        else:
+            found = _findings_at(
+                prov, i, dump, call, bench, twin_asked,
+                dump.framework == bench_framework(dump), dtypes[i], node_criteria,
+                (dump.step, dump.rank) in changed,
+            )
         if found and other_code(i):  # the precision the step went through before this node
             before = dtypes[i - 1] if i and entries[i - 1][0] is dump else "float64"
             found = _beyond_run_precision(found, call, before)
@@ -153,10 +171,11 @@ def build(
             same = seen.setdefault((call.prefix, call.op, tuple(f.detail for f in found)), i)
             if same != i:
                 prov.repeat_of[i] = same
-        flagged = bool(found) or (
-            bench is not None and _diverges(call, bench, region, dtypes[i],
-                                            node_criteria.with_waiver(None), prov.stats)
-        )
+        flagged = bool(found) or (bench is not None and (
+            _diverges(call, bench, True, dtypes[i], node_criteria, prov.stats) if region
+            else rows_diverge(prov.stats, call, bench, row, counts[i], dtypes[i],
+                              node_criteria)))
+        row += counts[i]
         prov.flagged.append(flagged)
         if several_steps:
             earlier = first_calls.setdefault((dump.rank, call.name), (dump.step, i))
@@ -165,7 +184,7 @@ def build(
         if flagged:
             first_here.setdefault((dump.step, dump.rank), i)
             first_this_step = i if first_this_step is None else first_this_step
-        if bench is not None and _output_dtype_differs(call, bench):
+        if bench is not None and not same_dtypes and _output_dtype_differs(call, bench):
             changed.add((dump.step, dump.rank))
     _index_containment(prov, entries)
     cross = {(d.step, d.rank) for d in dumps if d.framework != bench_framework(d)}
@@ -221,22 +240,6 @@ class _Triples:
 
     def __iter__(self) -> Iterator[tuple[Dump, Call, Call | None]]:
         return (self[i] for i in range(len(self._entries)))
-
-
-def _output_pairs(
-    pairs: list[tuple[Dump, Call, Call | None]],
-) -> list[tuple[TensorRecord, TensorRecord]]:
-    """Each NPU output with the bench output of its path, as the node compares pair them."""
-    out = []
-    for _, call, bench in pairs:
-        if bench is None:
-            continue
-        theirs = {r.path: r for r in bench.output_tensors}
-        for record in call.output_tensors:
-            other = theirs.get(record.path)
-            if other is not None:
-                out.append((record, other))
-    return out
 
 
 def _findings_at(
@@ -340,6 +343,8 @@ def _index_containment(prov: Provenance, entries: list[tuple[Dump, Call]]) -> No
     for i, (dump, call) in enumerate(entries):
         if call.kind == "module":
             where[(dump.step, dump.rank, call.name)] = i
+    if not where:
+        return  # no module node (an API-level dump): nothing to be inside, no parents table
     parents = {(d.step, d.rank, c.name): c.parent for d, c in entries}
     for i, (dump, call) in enumerate(entries):
         if not prov.flagged[i]:

@@ -95,8 +95,9 @@ class NodeResult:
     def outputs_identical(self) -> bool:
         """Every output compared element by element and equal to the bench's (NaN/Inf in
         place)."""
-        return bool(self.outputs) and all(
-            t.method == "tensor" and t.identical for t in self.outputs)
+        outputs = self.outputs  # the first output's method first: statistics are never so
+        return bool(outputs) and outputs[0].method == "tensor" and all(
+            t.method == "tensor" and t.identical for t in outputs)
 
     @property
     def failing_outputs(self) -> list[TensorComparison]:

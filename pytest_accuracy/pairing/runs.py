@@ -64,7 +64,7 @@ def pair_runs(npu: Dump, bench: Dump, *,
     for call in npu.calls:
         if call.kind != "api":
             _by_path(result, call, modules.get(_module_key(call)))
-        elif _api(call) in shifted:
+        elif shifted and _api(call) in shifted:  # no API shifted (most runs): no name made
             _from(result, aligned, call.name)
         elif bench.get(call.name) is not None:
             _set(result, call.name, call.name, 1.0, "same name; the API is called as often "

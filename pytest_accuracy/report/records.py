@@ -85,18 +85,20 @@ def node_record(
         # shard's "between" as carried when an earlier shard already diverged
         "divergence_kind": first.kind if first is not None else None,
         "waiver": result.waiver.reason if result.waiver else None,
-        "scalar_diffs": [str(d) for d in result.scalar_diffs],
+        # most nodes have neither: an empty list without a comprehension's call
+        "scalar_diffs": [str(d) for d in result.scalar_diffs] if result.scalar_diffs else [],
         "finding": result.findings[0].kind if result.findings else None,
-        "findings": [{"kind": f.kind, "detail": f.detail} for f in result.findings],
+        "findings": ([{"kind": f.kind, "detail": f.detail} for f in result.findings]
+                     if result.findings else []),
         "local_error": result.local.as_dict() if result.local is not None else None,
         "carried_from": result.carried_from,
         # one dict for every node of a dtype (the criteria make each tolerance once): read only
         "tolerance": tolerance_record(result.tolerance) if result.tolerance is not None else None,
         "twin_step": result.twin_step,
         "rows": _rows(result) if rows else [],
-        **_metric_fields(worst),
-        "parent": result.npu.parent,  # construct.json: the report's module tree
     }
+    _add_metric_fields(record, worst)  # in place: no dict of them to merge
+    record["parent"] = result.npu.parent  # construct.json: the report's module tree
     if result.status in ("fail", "pass") and worst is not None and not worst.ok:
         # a pass beyond the band says why first (diagnose: rounding its inputs carry)
         record["reason"] = (f"{result.reason} ({worst.judgement.detail})"
@@ -168,16 +170,18 @@ def _worst_output(result: NodeResult) -> TensorComparison | None:
     return result.outputs[0] if result.outputs else None
 
 
-def _metric_fields(t: TensorComparison | None) -> dict[str, Any]:
+def _add_metric_fields(record: dict[str, Any], t: TensorComparison | None) -> None:
+    """The worst output's metrics into ``record``, in their columns' order."""
     m = t.metrics if t else None
     # zip without strict: the columns and the getters are made from the same names
-    if isinstance(m, TensorMetrics):
-        return dict(zip(TENSOR_COLUMNS, _nums(_TENSOR_VALUES(m))))  # noqa: B905
-    if isinstance(m, StatsMetrics):
-        return dict(zip(STATS_COLUMNS, _nums(_STATS_VALUES(m))))  # noqa: B905
-    if t is not None and t.method == "md5":
-        return {"md5_equal": t.ok}
-    return {}
+    if type(m) is StatsMetrics:  # most records of a big statistics dump: tested first
+        record.update(zip(STATS_COLUMNS, _nums(_STATS_VALUES(m))))  # noqa: B905
+    elif isinstance(m, TensorMetrics):
+        record.update(zip(TENSOR_COLUMNS, _nums(_TENSOR_VALUES(m))))  # noqa: B905
+    elif isinstance(m, StatsMetrics):
+        record.update(zip(STATS_COLUMNS, _nums(_STATS_VALUES(m))))  # noqa: B905
+    elif t is not None and t.method == "md5":
+        record["md5_equal"] = t.ok
 
 
 def _rows(result: NodeResult) -> list[list[Any]]:
@@ -296,6 +300,11 @@ def json_native(value: Any) -> bool:
         else:  # a tuple, a numpy number, an object: JSON would give back something else
             return False
         for member in members:  # scalars checked here, not pushed (most of a record)
-            if type(member) not in scalars:
+            kind = type(member)
+            if kind in scalars:
+                continue
+            if kind is not dict and kind is not list:
+                return False  # what popping it would say: no container, no scalar
+            if member:  # an empty list or dict is what JSON gives back: nothing to walk
                 pending.append(member)
     return True
