@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, Literal, TypeVar
+from typing import Literal
 
 import numpy as np
 
+from pytest_accuracy.dumps.shared import SharedValues
 from pytest_accuracy.dumps.stats import Stats, StatsColumns
 
 CallKind = Literal["api", "module", "params_grad", "kernel"]
@@ -240,7 +241,7 @@ class Call:
 
     def fix_tensors(self) -> None:
         """Compute the tensor inputs and outputs once: inputs and outputs are complete."""
-        # _tensors_of and _signature written out: a reader's every node asks (~170 ns less)
+        # the tensors kept and _signature written out: a reader's every node asks (~300 ns less)
         # every element a TensorRecord once the loops below have looked (no cast: a call)
         ins: list[TensorRecord] = self.inputs  # type: ignore[assignment]
         outs: list[TensorRecord] = self.outputs  # type: ignore[assignment]
@@ -312,33 +313,6 @@ class StackIndex:
         return self._frames.get(name, ()) if self._frames is not None else ()
 
 
-V = TypeVar("V", bound=Hashable)
-
-
-class SharedValues(Generic[V]):
-    """One object for each distinct value a reader meets again and again (a dtype signature,
-    an API name), so that 100k calls share a few hundred; up to ``bound`` values are kept,
-    as a hostile dump could make a new one for every call."""
-
-    def __init__(self, bound: int) -> None:
-        self._known: dict[V, V] = {}
-        self._bound = bound
-        # the kept value, or None: ``shared.known(v) or shared(v)`` spares a hot loop (a
-        # reader's 200k calls a side) the method call where the value is kept already
-        self.known: Callable[[V], V | None] = self._known.get
-
-    def __call__(self, value: V) -> V:
-        known = self._known.get(value)
-        if known is not None:
-            return known
-        if len(self._known) < self._bound:
-            self._known[value] = value
-        return value
-
-    def __len__(self) -> int:
-        return len(self._known)
-
-
 DtypeSignature = tuple[tuple[str, str], ...]
 _SIGNATURES: SharedValues[DtypeSignature] = SharedValues(4096)
 
@@ -346,14 +320,6 @@ _SIGNATURES: SharedValues[DtypeSignature] = SharedValues(4096)
 def _signature(*groups: list[TensorRecord]) -> DtypeSignature:
     signature = tuple([(r.path, r.dtype) for group in groups for r in group])
     return _SIGNATURES.known(signature) or _SIGNATURES(signature)
-
-
-def _tensors_of(args: list[Arg]) -> list[TensorRecord]:
-    """The tensor records of ``args``: ``args`` itself when it holds nothing else."""
-    for a in args:
-        if type(a) is not TensorRecord:
-            return [a for a in args if isinstance(a, TensorRecord)]
-    return args  # type: ignore[return-value]  # every element is a TensorRecord
 
 
 def is_collective(call: Call) -> bool:

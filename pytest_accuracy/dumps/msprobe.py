@@ -27,7 +27,6 @@ from pytest_accuracy.dumps.model import (
     Direction,
     Dump,
     DumpMode,
-    SharedValues,
     StackIndex,
     TensorRecord,
 )
@@ -40,6 +39,7 @@ from pytest_accuracy.dumps.msprobe_args import (
     typed_args,
 )
 from pytest_accuracy.dumps.msprobe_args import DTYPES as _DTYPES  # noqa: F401  # tests ask it
+from pytest_accuracy.dumps.shared import SharedValues
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.limits import limit, over
 from pytest_accuracy.text import brief, escape_line

@@ -16,11 +16,11 @@ from pytest_accuracy.dumps.model import (
     RecordSource,
     Role,
     ScalarArg,
-    SharedValues,
     StackIndex,
     TensorRecord,
     canonical_dtype,
 )
+from pytest_accuracy.dumps.shared import SharedValues
 from pytest_accuracy.dumps.stats import StatsColumns
 from pytest_accuracy.errors import AccuracyInputError
 from pytest_accuracy.text import brief
