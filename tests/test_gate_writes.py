@@ -240,10 +240,16 @@ def test_a_worker_killed_midway_fails_the_run_and_says_where(
         "        os.kill(os.getpid(), signal.SIGKILL)\n")
     clean = dump("pt_fp32", "mix_statistics")
     out, md = pytester.path / "acc.json", pytester.path / "summary.md"
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-n", "2", f"--acc-npu={clean}",
-        f"--acc-bench={rerun(clean, pytester.path)}", f"--acc-json={out}",
-        f"--acc-markdown={md}", timeout=300)
+    bench = rerun(clean, pytester.path)
+    for _ in range(3):
+        result = pytester.runpytest_subprocess(
+            "-p", "no:cacheprovider", "-n", "2", f"--acc-npu={clean}", f"--acc-bench={bench}",
+            f"--acc-json={out}", f"--acc-markdown={md}", timeout=300)
+        # xdist's own race (pytest-dev/pytest-xdist#204, open): the controller may still be
+        # sending the dead worker its next items, and execnet raises an INTERNALERROR before
+        # the crash is handled; it depends on load, not on this plugin: run again
+        if "cannot send (already closed?)" not in str(result.outlines + result.errlines):
+            break
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert json.loads(out.read_text())["verdict"] == "fail"
     assert "| accuracy::compare::0/0/Tensor.\\_\\_add\\_\\_.5.forward | worker 'gw" in (
