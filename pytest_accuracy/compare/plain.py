@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from pytest_accuracy.compare.criteria import Tolerance, less_precise
 from pytest_accuracy.compare.integrity import dtype_kind
+from pytest_accuracy.compare.stats_table import pairs_of
 from pytest_accuracy.dumps.model import FLOAT_EPS, Call, TensorRecord
 
 if TYPE_CHECKING:
@@ -69,18 +70,15 @@ def plain_pass(cmp: Comparison, index: int) -> PlainPass | None:
     if table is None or prov.findings[index] or cmp.region_of(index) is not None:
         return None
     criteria, dtype = cmp.criteria_at(index), cmp.effective_dtypes[index]
-    # the bench's outputs by path; an output without one there goes to the full compare
-    # (which looks among the bench's inputs too). One output (most calls): without a dict
-    outs = bench.output_tensors
-    only = outs[0] if len(outs) == 1 else None
-    theirs = {r.path: r for r in outs} if only is None else {}
+    # each output with the bench's of its path (as the statistics table paired them); an
+    # output without one there goes to the full compare (which looks among the bench's
+    # inputs too)
+    paired = pairs_of(call, bench)
+    if len(paired) != len(mine):
+        return None
     outputs = []
-    for record in mine:
-        if only is not None:
-            other = only if record.path == only.path else None
-        else:
-            other = theirs.get(record.path)
-        if (other is None or other.has_data
+    for record, other in paired:
+        if (other.has_data
                 or (record.md5 is not None and other.md5 is not None)
                 or (record.dtype != other.dtype
                     and dtype_kind(record.dtype) != dtype_kind(other.dtype))

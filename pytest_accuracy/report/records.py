@@ -174,12 +174,10 @@ def _add_metric_fields(record: dict[str, Any], t: TensorComparison | None) -> No
     """The worst output's metrics into ``record``, in their columns' order."""
     m = t.metrics if t else None
     # zip without strict: the columns and the getters are made from the same names
-    if type(m) is StatsMetrics:  # most records of a big statistics dump: tested first
+    if isinstance(m, StatsMetrics):  # most records of a big statistics dump: tested first
         record.update(zip(STATS_COLUMNS, _nums(_STATS_VALUES(m))))  # noqa: B905
-    elif isinstance(m, TensorMetrics):
+    elif isinstance(m, TensorMetrics):  # (the two classes are unrelated: order is speed only)
         record.update(zip(TENSOR_COLUMNS, _nums(_TENSOR_VALUES(m))))  # noqa: B905
-    elif isinstance(m, StatsMetrics):
-        record.update(zip(STATS_COLUMNS, _nums(_STATS_VALUES(m))))  # noqa: B905
     elif t is not None and t.method == "md5":
         record["md5_equal"] = t.ok
 
